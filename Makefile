@@ -1,0 +1,55 @@
+# normlab — the two commands a learner needs are `make lab` and `make test`.
+# Everything else is here for authors and instructors. Run `make help` for the list.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8888
+# PyPI's Linux torch wheels bundle CUDA (several GB). Install the CPU build first from
+# PyTorch's CPU index; pip then finds torch already satisfied when it installs the course.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Open a browser only where there is a screen to show it on.
+BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+
+.PHONY: help lab test test-fast labs grade lint format clean-venv
+
+help:
+	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT))"
+	@echo "make test   - set up .venv (first time) and run the whole suite"
+	@echo "make grade  - grade your own labs/ (your progress)"
+	@echo "make labs   - regenerate labs/ from solutions/ (authors)"
+	@echo "make lint   - ruff over the package, tests and notebooks"
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "normlab needs Python >= 3.10; set PYTHON=python3.x")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c 'import torch' 2>/dev/null || \
+	  $(PY) -m pip install --retries 1 --timeout 20 'torch>=2.4' --index-url $(TORCH_INDEX) || \
+	  { echo "CPU index unreachable; installing torch from the default index"; $(PY) -m pip install 'torch>=2.4'; }
+	$(PY) -m pip install -e .
+	@touch $@
+
+lab: $(VENV)/.installed
+	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) START_HERE.ipynb
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests solutions notebooks
+	$(VENV)/bin/ruff format --check src tests solutions notebooks
+	$(VENV)/bin/normlab labs --check
+	$(PY) -m pytest tests
+	$(PY) -m pytest --nbval --nbval-current-env -p no:cacheprovider solutions notebooks
+
+labs: $(VENV)/.installed
+	$(VENV)/bin/normlab labs
+
+grade: $(VENV)/.installed
+	$(VENV)/bin/normlab grade labs
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests solutions notebooks
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format src tests solutions notebooks
+
+clean-venv:
+	rm -rf $(VENV)

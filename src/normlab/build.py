@@ -1,0 +1,176 @@
+"""Labs are generated, never hand-edited: ``solutions/NN_stem.ipynb`` -> ``labs/NN_stem.ipynb``.
+
+In a solution notebook the answer is marked nbgrader-style::
+
+    def layernorm_forward(x, gamma, beta, eps=1e-5):
+        \"\"\"Docstring (kept in the lab).\"\"\"
+        ### BEGIN SOLUTION
+        ...
+        ### END SOLUTION
+
+The lab keeps everything outside the markers (signature, docstring, comments) and replaces each
+region by a stub:
+
+* inside a function: ``raise NotImplementedError("...")`` at the region's indentation;
+* at the top level: each ``NAME = ...`` answer becomes ``NAME = None  # YOUR ANSWER HERE``
+  (so the lab still runs to the end and its checks say "no answer yet");
+* in a markdown cell: ``*YOUR ANSWER HERE*``.
+
+Cells tagged ``solution-only`` are left out of the lab. Outputs and execution counts are
+cleared; the notebook's metadata records its lab (``metadata.normlab.lab``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\s*$")
+END = re.compile(r"^[ \t]*### END SOLUTION\s*$")
+STUB_MESSAGE = "your code here: replace this line with your implementation"
+
+
+class BuildError(ValueError):
+    """A solution notebook whose markers cannot be turned into a lab."""
+
+
+def _top_level_stub(region: list[str], where: str) -> list[str]:
+    source = "\n".join(region)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as error:
+        raise BuildError(f"{where}: the solution region does not parse: {error}") from None
+    stubs = []
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or not all(
+            isinstance(t, ast.Name) for t in node.targets
+        ):
+            raise BuildError(
+                f"{where}: a top-level solution region may only assign answers (NAME = ...); "
+                "put code inside a function"
+            )
+        stubs += [f"{t.id} = None  # YOUR ANSWER HERE" for t in node.targets]
+    return stubs
+
+
+def strip_code(source: str, where: str) -> str:
+    """Replace every marked region of a code cell's source by its stub."""
+    lines = source.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        begin = BEGIN.match(lines[i])
+        if not begin:
+            if END.match(lines[i]):
+                raise BuildError(f"{where}: '### END SOLUTION' without a BEGIN")
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = begin.group("indent")
+        j = i + 1
+        while j < len(lines) and not END.match(lines[j]):
+            if BEGIN.match(lines[j]):
+                raise BuildError(f"{where}: nested '### BEGIN SOLUTION'")
+            j += 1
+        if j == len(lines):
+            raise BuildError(f"{where}: '### BEGIN SOLUTION' without an END")
+        region = lines[i + 1 : j]
+        if indent:
+            out += [
+                f"{indent}# YOUR CODE HERE",
+                f'{indent}raise NotImplementedError("{STUB_MESSAGE}")',
+            ]
+        else:
+            out += _top_level_stub(region, where)
+        i = j + 1
+    return "\n".join(out)
+
+
+def strip_markdown(source: str, where: str) -> str:
+    lines, out, inside = source.split("\n"), [], False
+    for line in lines:
+        if BEGIN.match(line):
+            if inside:
+                raise BuildError(f"{where}: nested '### BEGIN SOLUTION'")
+            inside = True
+            out.append("*YOUR ANSWER HERE*")
+        elif END.match(line):
+            if not inside:
+                raise BuildError(f"{where}: '### END SOLUTION' without a BEGIN")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise BuildError(f"{where}: '### BEGIN SOLUTION' without an END")
+    return "\n".join(out)
+
+
+def make_lab(solution: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode:
+    """The lab notebook for a solution notebook (pure function; nothing is written)."""
+    lab = nbformat.v4.new_notebook()
+    lab.metadata = {
+        "kernelspec": solution.metadata.get(
+            "kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"}
+        ),
+        "language_info": {"name": "python"},
+        "normlab": {"lab": stem, "generated_from": f"solutions/{stem}.ipynb"},
+    }
+    for index, cell in enumerate(solution.cells):
+        if "solution-only" in cell.get("metadata", {}).get("tags", []):
+            continue
+        where = f"solutions/{stem}.ipynb cell {index + 1}"
+        new = nbformat.from_dict(dict(cell))
+        new.metadata = {k: v for k, v in cell.get("metadata", {}).items() if k == "tags"}
+        if cell.cell_type == "code":
+            new.source = strip_code(cell.source, where)
+            new.outputs = []
+            new.execution_count = None
+        elif cell.cell_type == "markdown":
+            new.source = strip_markdown(cell.source, where)
+        lab.cells.append(new)
+    return lab
+
+
+def render(notebook: nbformat.NotebookNode) -> str:
+    return nbformat.writes(notebook) + "\n"
+
+
+def build_all(root: Path, check: bool = False) -> int:
+    """Write (or, with ``check``, compare) every lab. Returns a process exit status."""
+    solutions = sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    labs_dir = root / "labs"
+    expected = {}
+    try:
+        for path in solutions:
+            notebook = nbformat.read(path, as_version=4)
+            expected[path.name] = render(make_lab(notebook, path.stem))
+    except BuildError as error:
+        print(f"normlab labs: {error}", file=sys.stderr)
+        return 1
+    if check:
+        problems = []
+        for name, text in expected.items():
+            target = labs_dir / name
+            if not target.exists():
+                problems.append(f"missing: labs/{name}")
+            elif target.read_text(encoding="utf-8") != text:
+                problems.append(f"stale: labs/{name} differs from what solutions/{name} generates")
+        for extra in sorted(labs_dir.glob("*.ipynb")):
+            if extra.name not in expected:
+                problems.append(f"orphan: labs/{extra.name} has no solutions/{extra.name}")
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            print("run `make labs` to regenerate labs/ from solutions/", file=sys.stderr)
+            return 1
+        print(f"labs/ is up to date ({len(expected)} labs)")
+        return 0
+    labs_dir.mkdir(exist_ok=True)
+    for name, text in expected.items():
+        (labs_dir / name).write_text(text, encoding="utf-8")
+        print(f"wrote labs/{name}")
+    return 0

@@ -1,0 +1,1 @@
+"""The grader: one engine (``core``), two doors (``notebook.check`` and ``grade``)."""

@@ -1,0 +1,466 @@
+"""Checks for lab 03, LayerNorm: forward, backward, and practice problem 1 (d = 1).
+
+The learner writes, in NumPy::
+
+    layernorm_forward(x, gamma, beta, eps=1e-5) -> y            # x: (..., d); gamma, beta: (d,)
+    layernorm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)
+    d1_output(x, gamma, beta) -> y                               # what LN returns when d = 1
+    D1_ANSWER = "a" | "b" | "c" | "d"                            # why d = 1 is useless
+
+The oracle is PyTorch in float64 (``F.layer_norm`` and autograd) plus invariants; the probes
+are known-wrong variants, each with the hint that explains it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+
+LIBRARY_NORMS = [
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.group_norm",
+    "torch.nn.GroupNorm",
+    "torch.nn.functional.rms_norm",
+    "torch.nn.RMSNorm",
+]
+AUTOGRAD = [
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.Tensor.backward",
+    "torch.func.vjp",
+]
+
+LAB = Lab(
+    stem="03_layernorm",
+    title="LayerNorm",
+    forbidden={
+        "layernorm_forward": LIBRARY_NORMS,
+        "layernorm_backward": LIBRARY_NORMS + AUTOGRAD,
+        "d1_output": LIBRARY_NORMS,
+    },
+)
+
+EPS = 1e-5
+F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-15
+F32 = {"rtol": 1e-3, "atol": 1e-2}  # float32 with an offset of 1e4: measured error ~2e-3
+
+
+# ----------------------------------------------------------------------------- oracle
+
+
+def oracle_forward(x, gamma, beta, eps=EPS):
+    import torch
+    import torch.nn.functional as F
+
+    d = x.shape[-1]
+    t = [torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (x, gamma, beta)]
+    return F.layer_norm(t[0], (d,), t[1], t[2], eps).numpy()
+
+
+def oracle_backward(dy, x, gamma, eps=EPS):
+    import torch
+    import torch.nn.functional as F
+
+    d = x.shape[-1]
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    gt = torch.tensor(gamma, dtype=torch.float64, requires_grad=True)
+    bt = torch.zeros(d, dtype=torch.float64, requires_grad=True)
+    F.layer_norm(xt, (d,), gt, bt, eps).backward(torch.from_numpy(np.asarray(dy, np.float64)))
+    return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def _stats(x, axis=-1, ddof=0):
+    mean = x.mean(axis=axis, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=axis, keepdims=True) / (x.shape[axis] - ddof)
+    return mean, var
+
+
+def _square_without_keepdims(x, gamma, beta, eps):
+    if x.ndim != 2 or x.shape[0] != x.shape[1]:
+        raise ValueError("only a square input broadcasts silently")
+    mean = x.mean(axis=-1)
+    centred = x - mean  # subtracts row j's mean from column j
+    return centred / np.sqrt((centred**2).mean(axis=-1) + eps) * gamma + beta
+
+
+def _variant(axis=-1, ddof=0, eps_where="inside", affine="normal"):
+    def forward(x, gamma, beta, eps):
+        x = np.asarray(x, np.float64)
+        mean, var = _stats(x, axis, ddof)
+        if eps_where == "inside":
+            xhat = (x - mean) / np.sqrt(var + eps)
+        elif eps_where == "outside":
+            xhat = (x - mean) / (np.sqrt(var) + eps)
+        else:
+            xhat = (x - mean) / np.sqrt(var)
+        if affine == "none":
+            return xhat
+        if affine == "swapped":
+            return xhat * beta + gamma
+        return xhat * gamma + beta
+
+    return forward
+
+
+FORWARD_PROBES = [
+    Probe(
+        "eps outside the root",
+        "This matches (x - mean) / (sqrt(var) + eps). Put eps inside the root, "
+        "sqrt(var + eps): it is a floor under the variance, which is what keeps a near-constant "
+        "row from being blown up.",
+        _variant(eps_where="outside"),
+    ),
+    Probe(
+        "no eps",
+        "This matches dividing by sqrt(var) with no eps. A constant row then gives 0/0 = NaN; "
+        "add eps inside the root: sqrt(var + eps).",
+        _variant(eps_where="none"),
+    ),
+    Probe(
+        "unbiased variance",
+        "This matches the unbiased variance (dividing by d - 1, ddof=1). LayerNorm uses the "
+        "population variance of the row: divide by d (np.var's default, ddof=0).",
+        _variant(ddof=1),
+    ),
+    Probe(
+        "wrong axis",
+        "This matches statistics taken over the batch axis (axis=0): that is BatchNorm's axis. "
+        "LayerNorm averages over the features of each example: axis=-1.",
+        _variant(axis=0),
+    ),
+    Probe(
+        "affine step missing",
+        "This matches x_hat without the affine step. Finish with gamma * x_hat + beta.",
+        _variant(affine="none"),
+    ),
+    Probe(
+        "gamma and beta swapped",
+        "This matches x_hat * beta + gamma: gamma scales, beta shifts (gamma * x_hat + beta).",
+        _variant(affine="swapped"),
+    ),
+    Probe(
+        "statistics without keepdims",
+        "This matches statistics of shape (N,) broadcast along the features: with a square input "
+        "x - mean subtracts row j's mean from column j without any error. Use keepdims=True.",
+        _square_without_keepdims,
+    ),
+]
+
+
+def _backward_variant(
+    mean_term=True,
+    var_term=True,
+    use_gamma=True,
+    dgamma_axes="leading",
+    swap=False,
+    dgamma_from_x=False,
+):
+    def backward(dy, x, gamma, eps):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        mean, var = _stats(x)
+        inv_std = 1.0 / np.sqrt(var + eps)
+        xhat = (x - mean) * inv_std
+        g = dy * gamma if use_gamma else dy
+        dx = g
+        if mean_term:
+            dx = dx - g.mean(axis=-1, keepdims=True)
+        if var_term:
+            dx = dx - xhat * (g * xhat).mean(axis=-1, keepdims=True)
+        dx = dx * inv_std
+        lead = tuple(range(x.ndim - 1))
+        axes = {"leading": lead, "last": -1, "first": 0}[dgamma_axes]
+        dgamma = (dy * (x if dgamma_from_x else xhat)).sum(axis=axes)
+        dbeta = dy.sum(axis=axes)
+        return (dx, dbeta, dgamma) if swap else (dx, dgamma, dbeta)
+
+    return backward
+
+
+BACKWARD_PROBES = [
+    Probe(
+        "mean and variance treated as constants",
+        "This matches dx = dy * gamma / sigma: it treats the mean and the variance as constants. "
+        "Both depend on every x_j of the row, so dx has two more terms: subtract mean(g) and "
+        "x_hat * mean(g * x_hat), where g = dy * gamma (means over the features).",
+        _backward_variant(mean_term=False, var_term=False),
+    ),
+    Probe(
+        "mean term missing",
+        "This has the variance term but not the mean term: subtract mean(g) over the features "
+        "(g = dy * gamma) — the mean depends on every input.",
+        _backward_variant(mean_term=False),
+    ),
+    Probe(
+        "variance term missing",
+        "This has the mean term but not the variance term: subtract x_hat * mean(g * x_hat) over "
+        "the features — sigma depends on every input too.",
+        _backward_variant(var_term=False),
+    ),
+    Probe(
+        "gamma missing in dx",
+        "This matches a dx that ignores gamma: the gradient flowing into x_hat is dy * gamma.",
+        _backward_variant(use_gamma=False),
+    ),
+    Probe(
+        "dgamma and dbeta swapped",
+        "dgamma and dbeta are swapped: dbeta = sum of dy, dgamma = sum of dy * x_hat.",
+        _backward_variant(swap=True),
+    ),
+    Probe(
+        "dgamma from x",
+        "This matches dgamma = sum(dy * x). gamma multiplies x_hat, so dgamma = sum(dy * x_hat).",
+        _backward_variant(dgamma_from_x=True),
+    ),
+    Probe(
+        "summed over the features",
+        "dgamma/dbeta were summed over the feature axis. gamma has one entry per feature: sum over "
+        "every other axis (all leading axes), leaving shape (d,).",
+        _backward_variant(dgamma_axes="last"),
+    ),
+    Probe(
+        "summed over the first axis only",
+        "dgamma/dbeta were summed over axis 0 only. For x of shape (B, L, d) sum over B and L: "
+        "axis=tuple(range(x.ndim - 1)), leaving shape (d,).",
+        _backward_variant(dgamma_axes="first"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def rows_with_varied_scale(rng, shape):
+    """Random rows whose scales span 0.01..10 and offsets -5..5: eps and axis bugs show up."""
+    n_rows = int(np.prod(shape[:-1]))
+    scales = np.geomspace(0.01, 10, n_rows).reshape(shape[:-1] + (1,))
+    offsets = rng.uniform(-5, 5, size=shape[:-1] + (1,))
+    return rng.normal(size=shape) * scales + offsets
+
+
+def affine_params(rng, d, dtype=np.float64):
+    return rng.normal(1.0, 0.5, size=d).astype(dtype), rng.normal(0.0, 0.5, size=d).astype(dtype)
+
+
+def _forward_case(sub, x, gamma, beta, what, tol=F64, dtype=None, hint=""):
+    out = sub.call("layernorm_forward", x, gamma, beta, eps=EPS)
+    expected = oracle_forward(x, gamma, beta)
+    expect_array(
+        out,
+        expected,
+        what=f"layernorm_forward, {what}",
+        candidates=evaluate(FORWARD_PROBES, x, gamma, beta, EPS),
+        dtype=dtype,
+        hint=hint,
+        **tol,
+    )
+
+
+# ----------------------------------------------------------------------------- forward checks
+
+
+@LAB.check("forward matches torch on random (N, d) inputs", points=2, uses=["layernorm_forward"])
+def forward_random(sub):
+    rng = np.random.default_rng(30)
+    for shape in [(6, 8), (8, 8), (1, 16)]:
+        x = rows_with_varied_scale(rng, shape)
+        gamma, beta = affine_params(rng, shape[-1])
+        _forward_case(sub, x, gamma, beta, f"x of shape {shape}")
+
+
+@LAB.check(
+    "forward handles (B, L, d) and non-contiguous input", points=1, uses=["layernorm_forward"]
+)
+def forward_3d(sub):
+    rng = np.random.default_rng(31)
+    x = rows_with_varied_scale(rng, (2, 3, 8))
+    gamma, beta = affine_params(rng, 8)
+    _forward_case(sub, x, gamma, beta, "x of shape (2, 3, 8)")
+    wide = rows_with_varied_scale(rng, (5, 16))
+    _forward_case(sub, wide[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2] of shape (5, 8)")
+
+
+@LAB.check("forward stays finite as the variance goes to 0", points=1, uses=["layernorm_forward"])
+def forward_small_variance(sub):
+    rng = np.random.default_rng(32)
+    x = np.empty((4, 8))
+    x[0] = 3.0  # a constant row: variance exactly 0
+    x[1] = -1.5
+    x[2] = 2.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
+    x[3] = rng.normal(size=8)
+    gamma, beta = affine_params(rng, 8)
+    _forward_case(sub, x, gamma, beta, "rows with variance 0 and 1e-8")
+
+
+@LAB.check(
+    "forward is accurate with a large offset (x + 1e4, float32)",
+    points=1,
+    uses=["layernorm_forward"],
+)
+def forward_offset_float32(sub):
+    rng = np.random.default_rng(33)
+    x = (rng.normal(size=(6, 64)) + 1e4).astype(np.float32)
+    gamma, beta = affine_params(rng, 64, np.float32)
+    _forward_case(
+        sub,
+        x,
+        gamma,
+        beta,
+        "float32 x + 1e4 of shape (6, 64)",
+        tol=F32,
+        dtype=np.float32,
+        hint="Compute the variance as the mean of (x - mean)**2. The one-pass formula "
+        "mean(x**2) - mean(x)**2 subtracts two numbers near 1e8 that float32 stores only to "
+        "about +-8, so the variance it returns is noise (it can even be negative).",
+    )
+
+
+@LAB.check("forward with d = 1 returns beta", points=1, uses=["layernorm_forward"])
+def forward_d1(sub):
+    rng = np.random.default_rng(34)
+    x = rng.normal(size=(5, 1)) * 10
+    gamma, beta = np.array([2.0]), np.array([0.7])
+    _forward_case(sub, x, gamma, beta, "d = 1, x of shape (5, 1)")
+
+
+@LAB.check(
+    "forward output: mean 0, variance 1 per row, scale invariant",
+    points=1,
+    uses=["layernorm_forward"],
+)
+def forward_invariants(sub):
+    rng = np.random.default_rng(35)
+    x = rng.normal(size=(4, 32)) * 5 + 2
+    ones, zeros = np.ones(32), np.zeros(32)
+    out = sub.call("layernorm_forward", x, ones, zeros, eps=EPS)
+    item = out.items[0]
+    if out.is_tuple or item.array is None or item.array.shape != x.shape:
+        raise CheckFailed(f"layernorm_forward returned {out.describe()}, expected shape (4, 32)")
+    y = item.array.astype(np.float64)
+    means, variances = y.mean(axis=-1), y.var(axis=-1)
+    row = int(np.argmax(np.abs(means)))
+    if abs(means[row]) > 1e-6:
+        raise CheckFailed(
+            f"with gamma = 1 and beta = 0 every row of the output should have mean 0; "
+            f"row {row} has mean {means[row]:.4g}. Subtract each row's own mean (axis=-1)."
+        )
+    row = int(np.argmax(np.abs(variances - 1)))
+    if abs(variances[row] - 1) > 1e-4:
+        raise CheckFailed(
+            f"with gamma = 1 and beta = 0 every row should have variance ~1; row {row} has "
+            f"{variances[row]:.4g}. Divide by sqrt(population variance + eps) of that row."
+        )
+    scaled = sub.call("layernorm_forward", 3.0 * x, ones, zeros, eps=EPS).items[0]
+    if scaled.array is None or not np.allclose(scaled.array, y, rtol=1e-5, atol=1e-6):
+        raise CheckFailed(
+            "LN(3 x) should equal LN(x) (scale invariance), but it does not: the statistics "
+            "must be recomputed from the input itself, not fixed or cached."
+        )
+
+
+# ----------------------------------------------------------------------------- backward checks
+
+
+def _backward_case(sub, dy, x, gamma, what, indices):
+    out = sub.call("layernorm_backward", dy, x, gamma, eps=EPS)
+    expected = oracle_backward(dy, x, gamma)
+    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
+    names = ("dx", "dgamma", "dbeta")
+    for index in indices:
+        expect_array(
+            out,
+            expected[index],
+            what=f"layernorm_backward {names[index]}, {what}",
+            index=index,
+            count=3,
+            candidates=candidates,
+            **F64,
+        )
+
+
+@LAB.check("backward: dx matches autograd", points=2, uses=["layernorm_backward"])
+def backward_dx(sub):
+    rng = np.random.default_rng(40)
+    for shape in [(4, 6), (3, 16)]:
+        x = rows_with_varied_scale(rng, shape)
+        gamma, _ = affine_params(rng, shape[-1])
+        dy = rng.normal(size=shape)
+        _backward_case(sub, dy, x, gamma, f"x of shape {shape}", [0])
+
+
+@LAB.check("backward: dgamma and dbeta match autograd", points=1, uses=["layernorm_backward"])
+def backward_params(sub):
+    rng = np.random.default_rng(41)
+    x = rows_with_varied_scale(rng, (5, 6))
+    gamma, _ = affine_params(rng, 6)
+    _backward_case(sub, rng.normal(size=(5, 6)), x, gamma, "x of shape (5, 6)", [1, 2])
+
+
+@LAB.check(
+    "backward on (B, L, d): all gradients right, dgamma/dbeta of shape (d,)",
+    points=1,
+    uses=["layernorm_backward"],
+)
+def backward_3d(sub):
+    rng = np.random.default_rng(42)
+    x = rows_with_varied_scale(rng, (2, 3, 5))
+    gamma, _ = affine_params(rng, 5)
+    _backward_case(sub, rng.normal(size=(2, 3, 5)), x, gamma, "x of shape (2, 3, 5)", [0, 1, 2])
+
+
+# ----------------------------------------------------------------------------- practice problem 1
+
+
+def _d1_probes(gamma, beta, shape):
+    return [
+        Probe(
+            "gamma",
+            "gamma multiplies x_hat, and with d = 1 x_hat = 0: gamma cannot appear in the output.",
+            lambda x: np.broadcast_to(gamma, shape),
+        ),
+        Probe(
+            "x", "The output does not depend on x when d = 1, because x - mean = 0.", lambda x: x
+        ),
+        Probe(
+            "gamma + beta",
+            "x_hat = 0 when d = 1, so gamma * x_hat + beta = beta.",
+            lambda x: np.broadcast_to(gamma + beta, shape),
+        ),
+    ]
+
+
+@LAB.check("problem 1: d1_output gives LayerNorm's output for d = 1", points=1, uses=["d1_output"])
+def problem_d1_output(sub):
+    rng = np.random.default_rng(50)
+    for shape in [(6, 1), (2, 3, 1)]:
+        x = rng.normal(size=shape) * 100
+        gamma, beta = np.array([rng.normal()]), np.array([rng.normal()])
+        expect_array(
+            sub.call("d1_output", x, gamma, beta),
+            np.broadcast_to(beta, shape),
+            what=f"d1_output, x of shape {shape}",
+            candidates=evaluate(_d1_probes(gamma, beta, shape), x),
+            hint="With one feature the mean is the feature itself.",
+            **F64,
+        )
+
+
+def _is_b(answer) -> bool:
+    return isinstance(answer, str) and answer.strip().strip("()").lower() == "b"
+
+
+@LAB.check("problem 1: why d = 1 is useless (multiple choice)", points=1, uses=["D1_ANSWER"])
+def problem_d1_answer(sub):
+    expect_value(
+        sub.get("D1_ANSWER"),
+        _is_b,
+        what="D1_ANSWER",
+        hint="Compute x - mean for a row with a single value, then read the options again.",
+    )

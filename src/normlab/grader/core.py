@@ -1,0 +1,297 @@
+"""The grading engine shared by both doors (``check()`` in a notebook and ``normlab grade``).
+
+A *check* is a small function that receives a :class:`Submission` (something that can call the
+learner's functions) and raises :class:`CheckFailed` with a teaching message when the answer is
+wrong. It never sees where the learner's code runs: in the notebook it is called in-process; in
+``normlab grade`` every call crosses a process boundary (see ``sandbox.py``). Both kinds of
+submission return :class:`Output` objects built from the same wire format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+# ----------------------------------------------------------------------------- what comes back
+
+
+@dataclasses.dataclass
+class Item:
+    """One returned value: ``kind`` is ``ndarray``, ``tensor``, ``scalar``, ``str``, ``list``,
+    ``none`` or the type name of something that could not be sent; ``array`` holds its data."""
+
+    kind: str
+    array: np.ndarray | None = None
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Output:
+    """What a learner's function returned, and which forbidden library calls it made."""
+
+    items: list[Item]
+    is_tuple: bool
+    forbidden_used: list[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, header: dict, arrays: list[np.ndarray]) -> Output:
+        items = []
+        for spec in header.get("items", []):
+            index = spec.get("array")
+            array = arrays[index] if isinstance(index, int) and 0 <= index < len(arrays) else None
+            items.append(Item(str(spec.get("kind")), array, str(spec.get("unsendable", ""))))
+        return cls(items, bool(header.get("tuple")), list(header.get("forbidden_used", [])))
+
+    def describe(self) -> str:
+        if self.is_tuple:
+            return f"a tuple of {len(self.items)}"
+        return describe_item(self.items[0])
+
+
+def describe_item(item: Item) -> str:
+    if item.note:
+        return item.note
+    if item.kind in ("ndarray", "tensor") and item.array is not None:
+        return f"a {'NumPy array' if item.kind == 'ndarray' else 'tensor'} of shape {fmt_shape(item.array.shape)}"
+    return {"none": "None", "scalar": "a number", "str": "a string", "list": "a list"}.get(
+        item.kind, f"a {item.kind}"
+    )
+
+
+def fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class SubmissionError(Exception):
+    """Calling the learner's code did not produce an answer. ``str()`` is the learner message."""
+
+
+class NotImplementedYet(SubmissionError):
+    pass
+
+
+class MissingName(SubmissionError):
+    pass
+
+
+class RaisedError(SubmissionError):
+    def __init__(self, message: str, error_type: str = "", detail: str = ""):
+        super().__init__(message)
+        self.error_type = error_type
+        self.detail = detail
+
+
+class ProcessFailed(SubmissionError):
+    """The submission's process died, hung or broke the protocol (grade door only)."""
+
+
+class CheckFailed(Exception):
+    """Raised by a check with the message the learner reads."""
+
+
+# ----------------------------------------------------------------------------- submissions
+
+
+@dataclasses.dataclass
+class AsTorch:
+    """Wrap an argument to hand it to the learner's function as a ``torch.Tensor``."""
+
+    array: np.ndarray
+
+
+def encode_args(args: Sequence, kwargs: dict) -> tuple[list, list, list, list]:
+    """Arguments -> (arg specs, kwarg names, kwarg specs, arrays) for the wire."""
+    arrays: list[np.ndarray] = []
+
+    def spec(value):
+        if isinstance(value, AsTorch):
+            arrays.append(np.asarray(value.array))
+            return {"array": len(arrays) - 1, "as": "torch"}
+        if isinstance(value, np.ndarray):
+            arrays.append(value)
+            return {"array": len(arrays) - 1}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return {"value": value}
+        raise TypeError(f"cannot send {type(value).__name__} to a submission")
+
+    arg_specs = [spec(a) for a in args]
+    names = list(kwargs)
+    kwarg_specs = [spec(kwargs[n]) for n in names]
+    return arg_specs, names, kwarg_specs, arrays
+
+
+class Submission:
+    """Something that runs a learner's code. Subclasses: in-notebook and child process."""
+
+    def has(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def call(self, name: str, *args, **kwargs) -> Output:
+        raise NotImplementedError
+
+    def get(self, name: str) -> Output:
+        raise NotImplementedError
+
+    def static_forbidden(self, name: str, forbidden: list[str]) -> list[str]:
+        """Forbidden library uses found in the source of ``name`` (without running it)."""
+        return []
+
+
+def error_from_reply(name: str, reply: dict) -> SubmissionError:
+    """Turn the worker's error reply into the right exception with a learner-facing message."""
+    error_type = reply.get("error_type", "")
+    message = str(reply.get("message", ""))
+    if error_type == "Missing":
+        return MissingName(
+            f"`{name}` is not defined in the notebook (did its cell run without errors?)"
+        )
+    if error_type == "NotImplementedError":
+        return NotImplementedYet(f"`{name}` is not implemented yet")
+    if error_type == "Timeout":
+        return RaisedError(f"`{name}` did not finish in time (an endless loop?)", error_type)
+    detail = str(reply.get("traceback", ""))
+    return RaisedError(f"`{name}` raised {error_type}: {message}", error_type, detail)
+
+
+# ----------------------------------------------------------------------------- checks and labs
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    points: int
+    function: Callable[[Submission], None]
+    uses: tuple[str, ...]
+
+
+@dataclasses.dataclass
+class CheckResult:
+    name: str
+    points: int
+    max_points: int
+    passed: bool
+    message: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Lab:
+    """One lab: its stem, the names learners define, what they may not call, and its checks.
+
+    Args:
+        stem: the course stem, e.g. ``"03_layernorm"``.
+        title: shown in reports.
+        forbidden: learner name -> dotted library names it may not use.
+    """
+
+    stem: str
+    title: str
+    forbidden: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    checks: list[Check] = dataclasses.field(default_factory=list)
+
+    def check(self, name: str, points: int, uses: Sequence[str]):
+        """Decorator that registers a check function on this lab."""
+
+        def register(function):
+            self.checks.append(Check(name, points, function, tuple(uses)))
+            return function
+
+        return register
+
+    @property
+    def names(self) -> list[str]:
+        """Every name the lab's checks use, in first-use order."""
+        seen: list[str] = []
+        for check in self.checks:
+            seen += [n for n in check.uses if n not in seen]
+        return seen
+
+    @property
+    def max_score(self) -> int:
+        return sum(c.points for c in self.checks)
+
+
+class ForbiddenGuard(Submission):
+    """Wraps a submission: a call whose function uses a forbidden library norm fails the check."""
+
+    def __init__(self, inner: Submission, lab: Lab):
+        self.inner, self.lab = inner, lab
+
+    def has(self, name):
+        return self.inner.has(name)
+
+    def get(self, name):
+        return self.inner.get(name)
+
+    def call(self, name, *args, **kwargs):
+        forbidden = self.lab.forbidden.get(name, [])
+        used = self.inner.static_forbidden(name, forbidden) if forbidden else []
+        if not used:
+            output = self.inner.call(name, *args, **kwargs)
+            used = output.forbidden_used
+            if not used:
+                return output
+        raise CheckFailed(
+            f"`{name}` uses {', '.join(used)}. This lab asks you to build it from scratch with "
+            "array operations (mean, sum, sqrt, ...), so a library norm earns no points here. "
+            "You may still use the library to compare with your own result outside the function."
+        )
+
+
+# Messages of exceptions that point at a known slip, whatever the lab.
+EXCEPTION_HINTS = [
+    (
+        re.compile(r"could not be broadcast"),
+        "A statistic lost its reduced axis: compute it with keepdims=True (shape (N, 1), not "
+        "(N,)) so that it broadcasts against x along the axis it summarises.",
+    ),
+]
+
+
+def hint_for_exception(message: str) -> str:
+    for pattern, hint in EXCEPTION_HINTS:
+        if pattern.search(message):
+            return hint
+    return ""
+
+
+def run_check(check: Check, submission: Submission) -> CheckResult:
+    """Run one check; any failure becomes a result with a message, never an exception."""
+    try:
+        check.function(submission)
+    except CheckFailed as failure:
+        return CheckResult(check.name, 0, check.points, False, str(failure))
+    except SubmissionError as failure:
+        message = str(failure)
+        hint = hint_for_exception(message)
+        if isinstance(failure, RaisedError) and failure.detail:
+            message += "\n" + failure.detail
+        if hint:
+            message += f"\nWhy: {hint}"
+        return CheckResult(check.name, 0, check.points, False, message)
+    except Exception as error:  # a shape the check did not expect, e.g. a wrong return type
+        return CheckResult(
+            check.name,
+            0,
+            check.points,
+            False,
+            f"could not check the answer: {type(error).__name__}: {error}",
+        )
+    return CheckResult(check.name, check.points, check.points, True, "")
+
+
+def run_checks(
+    lab: Lab, submission: Submission, names: Sequence[str] | None = None
+) -> list[CheckResult]:
+    """Run the lab's checks (only those that use ``names``, if given) in order."""
+    guarded = ForbiddenGuard(submission, lab)
+    selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
+    return [run_check(check, guarded) for check in selected]

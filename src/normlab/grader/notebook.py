@@ -1,0 +1,143 @@
+"""Door 1: ``check(fn)`` in the learner's notebook — advisory, instant, in-process.
+
+The learner's function runs right here (it is their own kernel); the same checks as
+``normlab grade`` compare its answers with the oracle and name the likely bug.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import types
+
+from normlab.grader import core, report
+from normlab.grader.registry import all_labs, get_lab, labs_using
+from normlab.grader.trap import forbidden_calls, scan_source
+from normlab.grader.worker import encode_result
+
+
+def _copy(value):
+    import numpy as np
+
+    if isinstance(value, core.AsTorch):
+        import torch
+
+        return torch.from_numpy(np.array(value.array))
+    if isinstance(value, np.ndarray):
+        return value.copy()  # the learner's function may modify its input in place
+    return value
+
+
+def _sources_of(function) -> list[str]:
+    """Source of ``function`` and of the notebook functions it refers to (for the AST scan)."""
+    sources, pending, seen = [], [function], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        try:
+            sources.append(inspect.getsource(current))
+        except (OSError, TypeError):
+            continue
+        globals_ = getattr(current, "__globals__", {})
+        for name in getattr(getattr(current, "__code__", None), "co_names", ()):
+            other = globals_.get(name)
+            if isinstance(other, types.FunctionType) and other.__module__ == current.__module__:
+                pending.append(other)
+    return sources
+
+
+class InProcessSubmission(core.Submission):
+    """The learner's own objects, called directly."""
+
+    def __init__(self, objects: dict, forbidden: dict[str, list[str]]):
+        self.objects = objects
+        self.forbidden = forbidden
+
+    def has(self, name):
+        return name in self.objects
+
+    def get(self, name):
+        if name not in self.objects:
+            raise core.MissingName(f"`{name}` was not given to check()")
+        header, arrays = encode_result(self.objects[name])
+        return core.Output.from_wire(header, arrays)
+
+    def call(self, name, *args, **kwargs):
+        if name not in self.objects:
+            raise core.MissingName(f"`{name}` was not given to check()")
+        hits: list[str] = []
+        try:
+            with forbidden_calls(self.forbidden.get(name, []), hits):
+                result = self.objects[name](
+                    *map(_copy, args), **{k: _copy(v) for k, v in kwargs.items()}
+                )
+        except NotImplementedError:
+            raise core.NotImplementedYet(f"`{name}` is not implemented yet") from None
+        except Exception as error:
+            raise core.RaisedError(
+                f"`{name}` raised {type(error).__name__}: {error}", type(error).__name__
+            ) from None
+        header, arrays = encode_result(result)
+        header["forbidden_used"] = hits
+        return core.Output.from_wire(header, arrays)
+
+    def static_forbidden(self, name, forbidden):
+        function = self.objects.get(name)
+        if not callable(function):
+            return []
+        return scan_source(_sources_of(function), name, forbidden)
+
+
+def _names_for(value, given_name: str | None) -> str:
+    if given_name:
+        return given_name
+    name = getattr(value, "__name__", None)
+    if not name:
+        raise TypeError(
+            "check() needs a function (check(layernorm_forward)) or a named answer "
+            "(check(D1_ANSWER=D1_ANSWER))"
+        )
+    return name
+
+
+def run(*functions, lab: str | None = None, **named) -> tuple[core.Lab, list[core.CheckResult]]:
+    """Run the checks for the given functions/answers; return the lab and its results."""
+    objects = {_names_for(f, None): f for f in functions}
+    objects.update(named)
+    if not objects:
+        raise TypeError("check() needs at least one function or answer")
+    if lab is not None:
+        chosen = get_lab(lab)
+    else:
+        candidates = {found.stem: found for name in objects for found in labs_using(name)}
+        if not candidates:
+            known = ", ".join(n for each in all_labs().values() for n in each.names)
+            raise ValueError(f"no lab checks {', '.join(objects)}; names the labs check: {known}")
+        if len(candidates) > 1:
+            raise ValueError(
+                f"{', '.join(objects)} belongs to several labs: pass lab=one of {list(candidates)}"
+            )
+        chosen = next(iter(candidates.values()))
+    submission = InProcessSubmission(objects, chosen.forbidden)
+    return chosen, core.run_checks(chosen, submission, names=list(objects))
+
+
+def check(*functions, lab: str | None = None, **named) -> None:
+    """See :func:`normlab.check`."""
+    if os.environ.get("NORMLAB_GRADING"):
+        return None  # inside `normlab grade` the grader runs the checks itself
+    chosen, results = run(*functions, lab=lab, **named)
+    shown = report.CheckReport(chosen.title, results)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display(shown)
+            return None
+    except ImportError:
+        pass
+    print(shown)
+    return None

@@ -1,0 +1,242 @@
+"""The child process that runs ONE submission (``python -m normlab.grader.worker``).
+
+It executes the notebook's code cells, then answers the grader's requests: call a function
+with these arrays, or read a variable. It never compares or scores anything: the parent does
+that with its own copy of the inputs. Everything it sends back is arrays (``.npy`` bytes) and a
+small JSON header, over a pipe that the learner's ``print`` cannot reach.
+
+Usage (by the grader only)::
+
+    python -m normlab.grader.worker REQUEST_FD REPLY_FD MEMORY_MB CPU_SECONDS
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import traceback
+
+CELL_MARKER = "<notebook cell {index}>"
+MAX_FILE_BYTES = 64 << 20  # a submission may write at most 64 MiB to any one file
+
+
+def apply_limits(memory_mb: int, cpu_seconds: int) -> None:
+    """Limit this process before any learner code runs: memory, CPU time, file size, core dumps."""
+    limits = [
+        (resource.RLIMIT_AS, memory_mb << 20),
+        (resource.RLIMIT_CPU, cpu_seconds),
+        (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for which, value in limits:
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, hard))
+    # Writing past RLIMIT_FSIZE raises OSError in the writer instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+class CellTimeout(BaseException):
+    """Raised inside learner code when its time is up (BaseException: harder to swallow)."""
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout()
+
+
+def strip_magics(source: str) -> str:
+    """Turn IPython-only lines (``%matplotlib``, ``!pip``, ``%%time``) into ``pass`` statements."""
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")):
+            indent = line[: len(line) - len(stripped)]
+            lines.append(f"{indent}pass  # {stripped[:60]}")
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def short_traceback(error: BaseException, limit: int = 6) -> str:
+    """The learner's part of a traceback: frames from notebook cells only, last ``limit`` lines."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if frame.filename.startswith("<notebook cell")
+    ]
+    text = "".join(traceback.format_list(frames[-3:]))
+    text += "".join(traceback.format_exception_only(type(error), error))
+    return "\n".join(text.strip().splitlines()[-limit:])
+
+
+def describe_error(error: BaseException) -> dict:
+    if isinstance(error, CellTimeout):
+        return {"error_type": "Timeout", "message": "ran out of time", "traceback": ""}
+    message = str(error)
+    if len(message) > 500:
+        message = message[:500] + " ..."
+    return {
+        "error_type": type(error).__name__,
+        "message": message,
+        "traceback": short_traceback(error),
+    }
+
+
+def run_with_timeout(seconds: float, function, *args, **kwargs):
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> list[dict]:
+    """Run each code cell in order; a failing cell is recorded and the next one still runs."""
+    errors = []
+    for index, source in enumerate(cells):
+        filename = CELL_MARKER.format(index=index)
+        try:
+            code = compile(strip_magics(source), filename, "exec")
+        except SyntaxError as error:
+            errors.append(
+                {
+                    "cell": index,
+                    "error_type": "SyntaxError",
+                    "message": f"{error.msg} (line {error.lineno})",
+                    "traceback": "",
+                }
+            )
+            continue
+        try:
+            run_with_timeout(cell_timeout, exec, code, namespace)
+        except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
+            errors.append({"cell": index, **describe_error(error)})
+    return errors
+
+
+def to_arrays(value) -> tuple[dict, object]:
+    """Describe one returned value and turn it into an array the wire can carry (or None)."""
+    import numpy as np
+
+    kind = type(value).__name__
+    if isinstance(value, np.ndarray):
+        kind, array = "ndarray", value
+    elif type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        kind = "tensor"
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) in ("torch.bfloat16",):
+            tensor = tensor.float()
+        array = tensor.numpy()
+    elif value is None:
+        return {"kind": "none"}, None
+    elif isinstance(value, str):
+        kind, array = "str", np.asarray(value)
+    elif isinstance(value, (bool, int, float, complex, np.generic)):
+        kind, array = "scalar", np.asarray(value)
+    elif isinstance(value, (list, tuple)):
+        kind = "list"
+        try:
+            array = np.asarray(value)
+        except Exception:
+            return {"kind": kind, "unsendable": "a list that is not a regular array"}, None
+    else:
+        return {"kind": kind, "unsendable": f"a {kind} object"}, None
+    if array.dtype.hasobject:
+        return {"kind": kind, "unsendable": "an array of Python objects"}, None
+    return {"kind": kind, "dtype": str(array.dtype), "shape": list(array.shape)}, array
+
+
+def encode_result(result) -> tuple[dict, list]:
+    """A function's return value -> (header, arrays). Tuples become several items."""
+    is_tuple = isinstance(result, tuple)
+    values = list(result) if is_tuple else [result]
+    items, arrays = [], []
+    for value in values:
+        item, array = to_arrays(value)
+        if array is not None:
+            item["array"] = len(arrays)
+            arrays.append(array)
+        items.append(item)
+    return {"ok": True, "tuple": is_tuple, "items": items}, arrays
+
+
+def decode_args(specs: list, arrays: list):
+    """Arguments from the wire: arrays (as NumPy or torch) and plain JSON values."""
+    decoded = []
+    for spec in specs:
+        if "array" in spec:
+            array = arrays[spec["array"]].copy()
+            if spec.get("as") == "torch":
+                import torch
+
+                array = torch.from_numpy(array)
+            decoded.append(array)
+        else:
+            decoded.append(spec["value"])
+    return decoded
+
+
+def serve(request_fd: int, reply_fd: int) -> None:
+    from normlab.grader import protocol
+    from normlab.grader.trap import forbidden_calls
+
+    read = protocol.blocking_reader(request_fd)
+    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+    forbidden: dict = {}
+    while True:
+        try:
+            header, arrays = protocol.recv(read)
+        except EOFError:
+            return
+        op = header.get("op")
+        if op == "load":
+            forbidden = header.get("forbidden", {})
+            errors = execute_cells(header["cells"], namespace, header["cell_timeout"])
+            names = sorted(k for k in namespace if not k.startswith("_"))
+            protocol.send(reply_fd, {"ok": True, "names": names, "cell_errors": errors})
+        elif op in ("call", "get"):
+            name = header["name"]
+            if name not in namespace:
+                protocol.send(reply_fd, {"ok": False, "error_type": "Missing", "message": name})
+                continue
+            hits: list[str] = []
+            try:
+                if op == "get":
+                    result = namespace[name]
+                else:
+                    args = decode_args(header.get("args", []), arrays)
+                    values = decode_args(header.get("kwargs", []), arrays)
+                    kwargs = dict(zip(header.get("kwarg_names", []), values, strict=True))
+                    with forbidden_calls(forbidden.get(name, []), hits):
+                        result = run_with_timeout(
+                            header["timeout"], namespace[name], *args, **kwargs
+                        )
+                reply, out = encode_result(result)
+                reply["forbidden_used"] = hits
+            except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
+                reply, out = {"ok": False, **describe_error(error), "forbidden_used": hits}, []
+            protocol.send(reply_fd, reply, out)
+        else:
+            protocol.send(reply_fd, {"ok": False, "error_type": "Protocol", "message": str(op)})
+
+
+def main(argv: list[str]) -> None:
+    request_fd, reply_fd, memory_mb, cpu_seconds = (int(a) for a in argv[1:5])
+    apply_limits(memory_mb, cpu_seconds)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    os.environ["NORMLAB_GRADING"] = "1"
+    # The learner's notebook sees an ordinary interpreter: no grader modules on sys.path beyond
+    # the installed package, and argv without our descriptors.
+    sys.argv = ["notebook"]
+    try:
+        serve(request_fd, reply_fd)
+    finally:
+        # Skip interpreter teardown: learner objects' __del__ or atexit hooks may hang or print.
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
