@@ -16,7 +16,9 @@ region by a stub:
   (so the lab still runs to the end and its checks say "no answer yet");
 * in a markdown cell: ``*YOUR ANSWER HERE*``.
 
-Cells tagged ``solution-only`` are left out of the lab. Outputs and execution counts are
+Cells tagged ``solution-only`` are left out of the lab. Cells tagged ``runs-learner-code`` (they
+call the learner's functions at the top level) get Jupyter's ``raises-exception`` tag in the lab,
+so that a fresh lab still runs to the end while its stubs raise ``NotImplementedError``. Outputs and execution counts are
 cleared; the notebook's metadata records its lab (``metadata.normlab.lab``).
 """
 
@@ -124,7 +126,10 @@ def make_lab(solution: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNod
             continue
         where = f"solutions/{stem}.ipynb cell {index + 1}"
         new = nbformat.from_dict(dict(cell))
-        new.metadata = {k: v for k, v in cell.get("metadata", {}).items() if k == "tags"}
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        if "runs-learner-code" in tags:
+            tags = [t for t in tags if t != "runs-learner-code"] + ["raises-exception"]
+        new.metadata = {"tags": tags} if tags else {}
         if cell.cell_type == "code":
             new.source = strip_code(cell.source, where)
             new.outputs = []

@@ -241,7 +241,8 @@ class ForbiddenGuard(Submission):
                 return output
         raise CheckFailed(
             f"`{name}` uses {', '.join(used)}. This lab asks you to build it from scratch with "
-            "array operations (mean, sum, sqrt, ...), so a library norm earns no points here. "
+            "array operations (mean, sum, sqrt, ...), so a library implementation earns no points "
+            "here. "
             "You may still use the library to compare with your own result outside the function."
         )
 

@@ -86,7 +86,10 @@ def grade_notebook(
     try:
         cells, metadata = read_code_cells(path)
     except (OSError, ValueError) as error:
-        return SubmissionResult(shown, None, 0, 0, str(error), [])
+        lab = lab_for_path(path)  # the file name may still say which lab it was meant for
+        return SubmissionResult(
+            shown, lab.stem if lab else None, 0, lab.max_score if lab else 0, str(error), []
+        )
     lab = lab_for_path(path, metadata)
     if lab is None:
         return SubmissionResult(

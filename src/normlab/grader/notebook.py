@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import textwrap
 import types
 
 from normlab.grader import core, report
@@ -37,7 +38,7 @@ def _sources_of(function) -> list[str]:
             continue
         seen.add(id(current))
         try:
-            sources.append(inspect.getsource(current))
+            sources.append(textwrap.dedent(inspect.getsource(current)))
         except (OSError, TypeError):
             continue
         globals_ = getattr(current, "__globals__", {})
@@ -87,7 +88,7 @@ class InProcessSubmission(core.Submission):
         function = self.objects.get(name)
         if not callable(function):
             return []
-        return scan_source(_sources_of(function), name, forbidden)
+        return scan_source(_sources_of(function), getattr(function, "__name__", name), forbidden)
 
 
 def _names_for(value, given_name: str | None) -> str:

@@ -23,8 +23,9 @@ from pathlib import Path
 from normlab.grader import core, protocol
 
 DEFAULT_MEMORY_MB = 3072
-CALL_TIMEOUT = 10.0
+CALL_TIMEOUT = 5.0  # the checks' inputs are tiny: a correct answer takes milliseconds
 MAX_RESTARTS = 2
+CELL_TIMEOUT_SHARE = 0.25  # one slow cell may use a quarter of the budget, not all of it
 
 
 def child_environment(workdir: str, mpl_cache: str) -> dict:
@@ -68,6 +69,7 @@ class ChildSubmission(core.Submission):
         self.cell_errors: list[dict] = []
         self.restarts = 0
         self.dead_reason = ""
+        self.timed_out: set[str] = set()  # functions that ran out of time: not called again
         self._tmp = tempfile.TemporaryDirectory(prefix="normlab-grade-")
         self.workdir = Path(self._tmp.name)
         self.mpl_cache = tempfile.gettempdir() + "/normlab-mpl-cache"
@@ -113,7 +115,7 @@ class ChildSubmission(core.Submission):
                 "op": "load",
                 "cells": self.cells,
                 "forbidden": self.forbidden,
-                "cell_timeout": max(1.0, self.remaining() - 2),
+                "cell_timeout": max(5.0, CELL_TIMEOUT_SHARE * self.remaining()),
             },
             [],
             self.remaining(),
@@ -255,6 +257,10 @@ class ChildSubmission(core.Submission):
             raise core.MissingName(
                 f"`{name}` is not defined in the notebook (did its cell run without errors?)"
             )
+        if name in self.timed_out:
+            raise core.RaisedError(
+                f"`{name}` did not finish in time on an earlier input; not run again"
+            )
         timeout = min(CALL_TIMEOUT, self.remaining())
         try:
             reply, results = self._exchange(
@@ -262,8 +268,12 @@ class ChildSubmission(core.Submission):
             )
         except core.ProcessFailed as failure:
             self.dead_reason = str(failure)
+            if "timed out" in str(failure):
+                self.timed_out.add(name)
             raise
         if not reply.get("ok"):
+            if reply.get("error_type") == "Timeout":
+                self.timed_out.add(name)
             raise core.error_from_reply(name, reply)
         return core.Output.from_wire(reply, results)
 

@@ -1,0 +1,138 @@
+"""The course holds together: stems pair up, links resolve, environments agree, CI runs make test."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import tomllib
+import yaml
+from conftest import ROOT
+
+from normlab.grader.registry import all_labs
+
+STEM = re.compile(r"^(\d\d_[a-z0-9_]+)$")
+
+
+def stems_in(folder: str, suffix: str) -> set[str]:
+    return {p.name[: -len(suffix)] for p in (ROOT / folder).glob(f"[0-9][0-9]_*{suffix}")}
+
+
+PARTS = {
+    "theory chapter": lambda: stems_in("theory", ".md"),
+    "demo notebook": lambda: stems_in("notebooks", ".ipynb"),
+    "solution notebook": lambda: stems_in("solutions", ".ipynb"),
+    "worked solutions": lambda: stems_in("solutions", ".md"),
+    "lab": lambda: stems_in("labs", ".ipynb"),
+    "checks": lambda: set(all_labs()),
+}
+
+
+def test_every_stem_has_all_its_parts():
+    found = {part: list_stems() for part, list_stems in PARTS.items()}
+    every = set().union(*found.values())
+    assert every, "no chapters at all"
+    missing = [
+        f"{stem}: no {part}"
+        for stem in sorted(every)
+        for part, stems in found.items()
+        if stem not in stems
+    ]
+    assert missing == []
+    for stem in every:
+        name = stem.split("_", 1)[1]
+        assert (ROOT / "tests" / f"test_{name}_checks.py").exists() or any(
+            (ROOT / "tests").glob(f"test_*{name}*checks.py")
+        ), f"{stem}: no tests/test_{name}_checks.py"
+
+
+def test_readme_course_map_links_every_part():
+    readme = (ROOT / "README.md").read_text()
+    for stem in PARTS["theory chapter"]():
+        for path in (
+            f"theory/{stem}.md",
+            f"labs/{stem}.ipynb",
+            f"solutions/{stem}.ipynb",
+            f"notebooks/{stem}.ipynb",
+        ):
+            assert f"]({path})" in readme, f"README course map lacks a link to {path}"
+    assert "make lab" in readme and "make test" in readme
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        ROOT / "README.md",
+        *sorted((ROOT / "theory").glob("*.md")),
+        *sorted((ROOT / "solutions").glob("*.md")),
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_relative_links_resolve(document):
+    broken = []
+    for target in MARKDOWN_LINK.findall(document.read_text()):
+        if re.match(r"^[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        if not (document.parent / target).exists():
+            broken.append(target)
+    assert broken == []
+
+
+def _name_and_spec(requirement: str) -> tuple[str, str]:
+    requirement = requirement.split("#")[0].strip()
+    conda = re.match(r"^([A-Za-z0-9_.-]+)\[version='([^']+)'.*\]$", requirement)
+    if conda:
+        name, spec = conda.groups()
+    else:
+        name, spec = re.match(r"^([A-Za-z0-9_.-]+)\s*(.*)$", requirement).groups()
+    name = {"pytorch": "torch"}.get(name.lower(), name.lower())
+    return name, spec.replace(" ", "")
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip_side = dict(_name_and_spec(r) for r in project["dependencies"])
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda_side = {}
+    for entry in environment["dependencies"]:
+        if isinstance(entry, dict):
+            assert entry.get("pip") == ["-e ."], "the pip section only installs the course package"
+            continue
+        name, spec = _name_and_spec(entry)
+        if name == "python":
+            assert spec == ">=" + project["requires-python"].lstrip(">=")
+        elif name != "pip":
+            conda_side[name] = spec
+    assert conda_side == pip_side
+
+
+def test_torch_is_a_range_and_conda_gets_the_cpu_build():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    torch = next(r for r in project["dependencies"] if r.startswith("torch"))
+    assert torch.startswith("torch>=") and "==" not in torch
+    assert "build='cpu*'" in (ROOT / "environment.yml").read_text()
+
+
+def test_ci_runs_the_readme_test_command_and_nothing_else():
+    commands = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert commands[-1] == "make test"
+    assert all(c.startswith(("set ", "cd ", "make test")) for c in commands)
+
+
+def test_figures_cited_by_chapters_exist_and_come_from_notebooks():
+    figures = ROOT / "theory" / "figures"
+    for chapter in (ROOT / "theory").glob("*.md"):
+        for name in re.findall(r"figures/([\w.-]+\.png)", chapter.read_text()):
+            assert (figures / name).exists(), f"{chapter.name} cites missing {name}"
+            stem = name[:-4]
+            producers = [
+                nb for nb in (ROOT / "notebooks").glob("*.ipynb") if stem in nb.read_text()
+            ]
+            assert producers, f"no notebook saves {name}"

@@ -1,0 +1,175 @@
+"""`normlab grade`: the authoritative door. Each submission in its own process; bad ones cost only themselves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
+LAB = ROOT / "labs" / "03_layernorm.ipynb"
+FULL = 13
+
+
+def grade(*paths, extra=()) -> tuple[int, dict, str]:
+    command = [sys.executable, "-m", "normlab.cli", "grade", *map(str, paths), "--json", *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    data = json.loads(done.stdout) if done.returncode == 0 else {}
+    return done.returncode, data, done.stderr
+
+
+def by_name(data: dict) -> dict:
+    return {Path(s["path"]).name: s for s in data["submissions"]}
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbformat.write(notebook, path)
+    return path
+
+
+def solution_with(path: Path, replace: dict[str, str] = None, extra_cells=()) -> Path:
+    """A copy of the solution notebook with text replaced and cells appended."""
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    for cell in notebook.cells:
+        for old, new in (replace or {}).items():
+            cell.source = cell.source.replace(old, new)
+    notebook.cells += [nbformat.v4.new_code_cell(c) for c in extra_cells]
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_solution_full_marks_and_fresh_lab_zero_quickly():
+    start = time.monotonic()
+    code, data, _ = grade(SOLUTION, LAB)
+    elapsed = time.monotonic() - start
+    assert code == 0
+    solution, lab = data["submissions"]
+    assert (solution["score"], solution["max_score"], solution["error"]) == (FULL, FULL, None)
+    assert (lab["score"], lab["max_score"]) == (0, FULL)
+    assert all(not c["passed"] for c in lab["checks"])
+    assert sum("not implemented yet" in c["message"] for c in lab["checks"]) == 10
+    assert elapsed < 10, f"grading both took {elapsed:.1f} s"
+
+
+def test_json_contract_fields():
+    _, data, _ = grade(SOLUTION)
+    assert list(data) == ["submissions"]
+    (submission,) = data["submissions"]
+    assert set(submission) == {"path", "lab", "score", "max_score", "error", "checks"}
+    for check in submission["checks"]:
+        assert set(check) == {"name", "points", "max_points", "passed", "message"}
+        assert isinstance(check["passed"], bool) and isinstance(check["points"], int)
+
+
+def test_usage_errors_exit_nonzero(tmp_path):
+    code, _, stderr = grade(tmp_path / "nope.ipynb")
+    assert code == 2 and "no such file" in stderr
+    code, _, stderr = grade(tmp_path)
+    assert code == 2 and "no notebooks" in stderr
+
+
+@pytest.fixture(scope="module")
+def class_folder(tmp_path_factory) -> Path:
+    """The foundation's mixed folder: correct, buggy, endless loop, sys.exit, syntax error, truncated JSON."""
+    folder = tmp_path_factory.mktemp("class")
+    solution_with(folder / "03_layernorm_correct.ipynb")
+    solution_with(
+        folder / "03_layernorm_buggy.ipynb",
+        {"x_hat = centred / np.sqrt(var + eps)": "x_hat = centred / (np.sqrt(var) + eps)"},
+    )
+    write_notebook(
+        folder / "03_layernorm_loop.ipynb",
+        [
+            "import numpy as np",
+            "def layernorm_forward(x, gamma, beta, eps=1e-5):\n    while True:\n        pass",
+        ],
+    )
+    solution_with(folder / "03_layernorm_exit.ipynb", extra_cells=["import sys\nsys.exit(0)"])
+    write_notebook(
+        folder / "03_layernorm_syntax.ipynb",
+        ["import numpy as np", "def layernorm_forward(x, gamma, beta, eps=1e-5)\n    return x"],
+    )
+    text = SOLUTION.read_text()
+    (folder / "03_layernorm_truncated.ipynb").write_text(text[: len(text) // 2])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def class_results(class_folder):
+    code, data, stderr = grade(class_folder, extra=("--timeout", "20"))
+    assert code == 0, stderr
+    return by_name(data)
+
+
+def test_every_submission_is_graded(class_results):
+    assert len(class_results) == 6
+
+
+def test_correct_and_buggy(class_results):
+    assert class_results["03_layernorm_correct.ipynb"]["score"] == FULL
+    buggy = class_results["03_layernorm_buggy.ipynb"]
+    assert 0 < buggy["score"] < FULL
+    assert any("Put eps inside the root" in c["message"] for c in buggy["checks"])
+
+
+def test_endless_loop_costs_only_that_function(class_results):
+    loop = class_results["03_layernorm_loop.ipynb"]
+    assert loop["score"] == 0
+    forward = [c for c in loop["checks"] if c["name"].startswith("forward")]
+    assert all("did not finish in time" in c["message"] for c in forward)
+    backward = [c for c in loop["checks"] if c["name"].startswith("backward")]
+    assert all("is not defined" in c["message"] for c in backward)
+
+
+def test_sys_exit_in_a_cell_is_contained(class_results):
+    exiting = class_results["03_layernorm_exit.ipynb"]
+    assert exiting["score"] == FULL
+    assert "SystemExit" in exiting["error"]
+
+
+def test_syntax_error_is_reported(class_results):
+    broken = class_results["03_layernorm_syntax.ipynb"]
+    assert broken["score"] == 0 and "SyntaxError" in broken["error"]
+    assert all("not defined" in c["message"] for c in broken["checks"] if "D1" not in c["name"])
+
+
+def test_truncated_json_is_a_clear_error(class_results):
+    truncated = class_results["03_layernorm_truncated.ipynb"]
+    assert truncated["score"] == 0 and truncated["max_score"] == FULL
+    assert "not a valid notebook: broken JSON" in truncated["error"]
+
+
+def test_process_exit_and_hostile_output(tmp_path):
+    """os._exit kills the process (restarts are bounded); printing a fake score changes nothing."""
+    solution_with(tmp_path / "03_layernorm_osexit.ipynb", extra_cells=["import os\nos._exit(0)"])
+    solution_with(
+        tmp_path / "03_layernorm_liar.ipynb",
+        extra_cells=['print(\'{"submissions": [{"score": 100}]}\')\nprint("score: 100")'],
+    )
+    code, data, _ = grade(tmp_path, extra=("--timeout", "20"))
+    results = by_name(data)
+    assert code == 0
+    osexit = results["03_layernorm_osexit.ipynb"]
+    assert osexit["score"] == 0 and "exited with code 0" in osexit["error"]
+    assert results["03_layernorm_liar.ipynb"]["score"] == FULL
+
+
+def test_grading_is_deterministic(tmp_path):
+    first = grade(SOLUTION, LAB)[1]
+    second = grade(SOLUTION, LAB)[1]
+    assert first == second
+
+
+def test_csv_gradebook(tmp_path):
+    gradebook = tmp_path / "grades.csv"
+    code, _, _ = grade(SOLUTION, LAB, extra=("--csv", str(gradebook)))
+    lines = gradebook.read_text().splitlines()
+    assert code == 0 and lines[0].startswith("path,lab,score,max_score,error,")
+    assert lines[1].split(",")[2:4] == [str(FULL), str(FULL)]

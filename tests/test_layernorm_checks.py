@@ -1,0 +1,285 @@
+"""The LayerNorm lab's checks: right code passes; each known bug fails WITH its hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from normlab.grader import notebook
+from normlab.grader.checks import layernorm as ln
+
+HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES + ln.BACKWARD_PROBES}
+
+
+def run(**functions):
+    _, results = notebook.run(lab="03_layernorm", **functions)
+    return results
+
+
+def messages(results) -> str:
+    return "\n".join(r.message for r in results if not r.passed)
+
+
+# ----------------------------------------------------------------------------- references
+# Written here, independently of the solution notebook, as the tests' own right answers.
+
+
+def forward(x, gamma, beta, eps=1e-5):
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.var(x, axis=-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+
+
+def backward(dy, x, gamma, eps=1e-5):
+    d = x.shape[-1]
+    mu = x.mean(-1, keepdims=True)
+    sigma = np.sqrt(x.var(-1, keepdims=True) + eps)
+    x_hat = (x - mu) / sigma
+    lead = tuple(range(x.ndim - 1))
+    g = dy * gamma
+    dx = (d * g - g.sum(-1, keepdims=True) - x_hat * (g * x_hat).sum(-1, keepdims=True)) / (
+        d * sigma
+    )
+    return dx, (dy * x_hat).sum(lead), dy.sum(lead)
+
+
+def test_right_answers_get_full_marks():
+    results = run(
+        layernorm_forward=forward,
+        layernorm_backward=backward,
+        d1_output=lambda x, gamma, beta: np.broadcast_to(beta, x.shape).copy(),
+        D1_ANSWER="(B)",
+    )
+    assert [r.message for r in results if not r.passed] == []
+    assert sum(r.points for r in results) == 13
+
+
+# ----------------------------------------------------------------------------- forward bugs
+
+
+def eps_outside(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    return gamma * (x - mu) / (x.std(-1, keepdims=True) + eps) + beta
+
+
+def no_eps(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    return gamma * (x - mu) / x.std(-1, keepdims=True) + beta
+
+
+def unbiased(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta
+
+
+def batch_axis(x, gamma, beta, eps=1e-5):
+    mu = x.mean(0, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(x.var(0, keepdims=True) + eps) + beta
+
+
+def no_affine(x, gamma, beta, eps=1e-5):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+
+
+def swapped(x, gamma, beta, eps=1e-5):
+    return beta * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) + gamma
+
+
+def no_keepdims(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1)
+    centred = x - mu
+    return gamma * centred / np.sqrt((centred**2).mean(-1) + eps) + beta
+
+
+def one_pass_variance(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = (x**2).mean(-1, keepdims=True) - mu**2
+    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+
+
+def float64_always(x, gamma, beta, eps=1e-5):
+    return forward(x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), eps)
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (eps_outside, "eps outside the root"),
+        (no_eps, "no eps"),
+        (unbiased, "unbiased variance"),
+        (batch_axis, "wrong axis"),
+        (no_affine, "affine step missing"),
+        (swapped, "gamma and beta swapped"),
+        (no_keepdims, "statistics without keepdims"),
+    ],
+)
+def test_forward_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(layernorm_forward=buggy)
+    assert not all(r.passed for r in results)
+    assert HINTS[probe] in messages(results)
+
+
+def test_no_keepdims_on_non_square_input_explains_broadcasting():
+    results = run(layernorm_forward=no_keepdims)
+    assert "keepdims=True" in messages(results)
+    assert "could not be broadcast" in messages(results)
+
+
+def test_one_pass_variance_fails_only_the_offset_check_and_says_why():
+    results = run(layernorm_forward=one_pass_variance)
+    failed = [r for r in results if not r.passed]
+    assert [r.name for r in failed] == [
+        "forward is accurate with a large offset (x + 1e4, float32)"
+    ]
+    assert "mean(x**2) - mean(x)**2" in failed[0].message
+
+
+def test_float32_in_float64_out_is_reported():
+    results = run(layernorm_forward=float64_always)
+    failed = [r for r in results if not r.passed]
+    assert len(failed) == 1 and "dtype is float64 but the input was float32" in failed[0].message
+
+
+def test_failure_message_says_where():
+    message = messages(run(layernorm_forward=unbiased))
+    assert "max abs error" in message and "worst at index" in message and "x of shape" in message
+
+
+# ----------------------------------------------------------------------------- backward bugs
+
+
+def _backward_with(**changes):
+    def buggy(dy, x, gamma, eps=1e-5):
+        d = x.shape[-1]
+        mu = x.mean(-1, keepdims=True)
+        sigma = np.sqrt(x.var(-1, keepdims=True) + eps)
+        x_hat = (x - mu) / sigma
+        lead = tuple(range(x.ndim - 1))
+        g = dy * gamma
+        mean_term = 0 if changes.get("no_mean") else g.sum(-1, keepdims=True)
+        var_term = 0 if changes.get("no_var") else x_hat * (g * x_hat).sum(-1, keepdims=True)
+        dx = (d * g - mean_term - var_term) / (d * sigma)
+        if changes.get("constants"):
+            dx = g / sigma
+        axes = changes.get("axes", lead)
+        keep = changes.get("keepdims", False)
+        dgamma = (dy * (x if changes.get("from_x") else x_hat)).sum(axes, keepdims=keep)
+        dbeta = dy.sum(axes, keepdims=keep)
+        if changes.get("swap"):
+            dgamma, dbeta = dbeta, dgamma
+        return dx, dgamma, dbeta
+
+    return buggy
+
+
+@pytest.mark.parametrize(
+    "changes, probe",
+    [
+        ({"constants": True}, "mean and variance treated as constants"),
+        ({"no_mean": True}, "mean term missing"),
+        ({"no_var": True}, "variance term missing"),
+        ({"swap": True}, "dgamma and dbeta swapped"),
+        ({"from_x": True}, "dgamma from x"),
+        ({"axes": -1}, "summed over the features"),
+        ({"axes": 0}, "summed over the first axis only"),
+    ],
+)
+def test_backward_bug_is_caught_with_its_hint(changes, probe):
+    results = run(layernorm_backward=_backward_with(**changes))
+    assert not all(r.passed for r in results)
+    assert HINTS[probe] in messages(results)
+
+
+def test_gradient_of_shape_1_d_does_not_pass_silently():
+    results = run(layernorm_backward=_backward_with(keepdims=True))
+    assert "shape is (1, 6) but should be (6,)" in messages(results)
+
+
+def test_backward_returning_two_values_is_explained():
+    results = run(layernorm_backward=lambda dy, x, gamma, eps=1e-5: backward(dy, x, gamma, eps)[:2])
+    assert "returned a tuple of 2 but a tuple of 3 was expected" in messages(results)
+
+
+# ----------------------------------------------------------------------------- from scratch
+
+
+def test_library_layernorm_earns_nothing():
+    import torch
+    import torch.nn.functional as F
+
+    def uses_torch(x, gamma, beta, eps=1e-5):
+        t = torch.from_numpy(x)
+        return F.layer_norm(
+            t, (x.shape[-1],), torch.from_numpy(gamma), torch.from_numpy(beta), eps
+        ).numpy()
+
+    results = run(layernorm_forward=uses_torch)
+    assert all(not r.passed for r in results)
+    assert "uses F.layer_norm" in messages(results) and "from scratch" in messages(results)
+
+
+def test_library_norm_hidden_behind_getattr_is_trapped_at_run_time():
+    import torch
+
+    def sneaky(x, gamma, beta, eps=1e-5):
+        norm = getattr(torch.nn.functional, "layer" + "_norm")
+        t = torch.from_numpy(x)
+        return norm(t, (x.shape[-1],), torch.from_numpy(gamma), torch.from_numpy(beta), eps).numpy()
+
+    results = run(layernorm_forward=sneaky)
+    assert all(not r.passed for r in results)
+    assert "torch.nn.functional.layer_norm" in messages(results)
+
+
+def test_autograd_in_backward_earns_nothing():
+    import torch
+
+    def autograd_backward(dy, x, gamma, eps=1e-5):
+        xt = torch.tensor(x, requires_grad=True)
+        gt = torch.tensor(gamma, requires_grad=True)
+        bt = torch.zeros_like(gt, requires_grad=True)
+        mu = xt.mean(-1, keepdim=True)
+        y = gt * (xt - mu) / torch.sqrt(xt.var(-1, unbiased=False, keepdim=True) + eps) + bt
+        y.backward(torch.from_numpy(dy))
+        return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
+
+    results = run(layernorm_backward=autograd_backward)
+    assert all(not r.passed for r in results)
+    assert "y.backward" in messages(results)
+
+
+# ----------------------------------------------------------------------------- practice problem
+
+
+@pytest.mark.parametrize(
+    "wrong, expected_text",
+    [
+        (lambda x, gamma, beta: np.broadcast_to(gamma, x.shape).copy(), "gamma cannot appear"),
+        (lambda x, gamma, beta: x, "does not depend on x"),
+        (lambda x, gamma, beta: np.broadcast_to(gamma + beta, x.shape).copy(), "= beta"),
+        (lambda x, gamma, beta: beta, "shape is (1,) but should be (6, 1)"),
+    ],
+)
+def test_d1_output_mistakes_are_explained(wrong, expected_text):
+    results = run(d1_output=wrong)
+    assert not results[0].passed and expected_text in results[0].message
+
+
+@pytest.mark.parametrize("answer", ["a", "c", "d", "", None, 2, "because"])
+def test_wrong_or_missing_multiple_choice_answers_fail(answer):
+    (result,) = run(D1_ANSWER=answer)
+    assert not result.passed
+
+
+@pytest.mark.parametrize("answer", ["b", "B", " (b) "])
+def test_multiple_choice_accepts_the_letter_in_any_usual_form(answer):
+    (result,) = run(D1_ANSWER=answer)
+    assert result.passed
+
+
+def test_stub_reports_not_implemented_and_does_not_raise():
+    def stub(x, gamma, beta, eps=1e-5):
+        raise NotImplementedError
+
+    results = run(layernorm_forward=stub)
+    assert all("not implemented yet" in r.message for r in results)
