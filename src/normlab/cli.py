@@ -7,30 +7,110 @@ import sys
 from pathlib import Path
 
 
+def _hidden_folders(paths: list[str]) -> tuple[str, ...]:
+    """Folders holding submissions, to hide from each notebook under --sandbox.
+
+    A folder that holds the course package or the Python installation is never hidden.
+    """
+    import normlab
+
+    keep = [
+        Path(normlab.__file__).resolve(),
+        Path(sys.prefix).resolve(),
+        Path(sys.base_prefix).resolve(),
+    ]
+    folders = []
+    for raw in paths:
+        folder = Path(raw).resolve()
+        folder = folder if folder.is_dir() else folder.parent
+        if any(k == folder or folder in k.parents for k in keep) or folder == Path("/"):
+            continue
+        if str(folder) not in folders:
+            folders.append(str(folder))
+    return tuple(folders)
+
+
 def _grade(args) -> int:
+    import time
+
     from normlab.grader import report
-    from normlab.grader.grade import UsageError, grade_paths
+    from normlab.grader.grade import (
+        ResultCache,
+        Settings,
+        UsageError,
+        default_jobs,
+        find_submissions,
+        grade_all,
+        grader_fingerprint,
+    )
+    from normlab.grader.registry import load_extra_checks
+    from normlab.grader.sandbox import bwrap_available
 
-    def progress(result):
-        if not args.json and sys.stderr.isatty():
-            print(f"graded {result.path}: {result.score}/{result.max_score}", file=sys.stderr)
-
+    started = time.monotonic()
     try:
-        results = grade_paths(
-            args.paths, timeout=args.timeout, memory_mb=args.memory, progress=progress
-        )
+        entries = find_submissions(args.paths)
+        if args.extra_checks:
+            if not Path(args.extra_checks).is_file():
+                raise UsageError(f"no such file: {args.extra_checks}")
+            load_extra_checks(Path(args.extra_checks))
+        if args.sandbox and not bwrap_available():
+            raise UsageError(
+                "--sandbox needs bubblewrap (bwrap), installed and allowed to run here"
+            )
     except UsageError as error:
         print(f"normlab grade: {error}", file=sys.stderr)
         return 2
+    settings = Settings(
+        timeout=args.timeout,
+        memory_mb=args.memory,
+        bwrap=args.sandbox,
+        hide=_hidden_folders(args.paths) if args.sandbox else (),
+    )
+    cache_path = Path(args.cache) if args.cache else None
+    if cache_path is None and args.csv:
+        cache_path = Path(args.csv).with_name(Path(args.csv).name + ".cache.json")
+    elif cache_path is None and args.feedback:
+        cache_path = Path(args.feedback) / ".normlab-cache.json"
+    cache = ResultCache(cache_path, grader_fingerprint(settings, args.extra_checks), args.force)
+
+    counts = {"graded": 0, "reused": 0}
+    bar = None
+    if sys.stderr.isatty() and not args.json:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(entries), unit="notebook", file=sys.stderr)
+
+    def on_result(result, reused):
+        counts["reused" if reused else "graded"] += 1
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        results = grade_all(entries, settings, args.jobs or default_jobs(), cache, on_result)
+    except KeyboardInterrupt:
+        print(
+            f"\nnormlab grade: interrupted; {counts['graded']} finished results are saved"
+            + (f" in {cache_path}; run the same command again to resume" if cache_path else ""),
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
     if args.csv:
-        path = Path(args.csv)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(report.to_csv(results), encoding="utf-8")
-        tmp.replace(path)  # atomic: an interrupted run leaves the old gradebook whole
+        report.write_atomically(Path(args.csv), report.to_csv(results))
+    if args.feedback:
+        report.write_feedback(results, Path(args.feedback))
     if args.json:
         print(report.to_json(results))
     else:
         print(report.to_table(results, verbose=not args.quiet))
+    elapsed = time.monotonic() - started
+    print(
+        f"graded {counts['graded']} notebook(s), reused {counts['reused']} unchanged from the "
+        f"cache, in {elapsed:.1f} s",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -53,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     grade.add_argument("paths", nargs="+", metavar="PATH")
     grade.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    grade.add_argument("--csv", metavar="FILE", help="also write a CSV gradebook")
+    grade.add_argument("--csv", metavar="FILE", help="write a CSV gradebook (atomically)")
+    grade.add_argument(
+        "--feedback", metavar="DIR", help="write DIR/STUDENT/LAB.md and .html for each submission"
+    )
     grade.add_argument(
         "--timeout",
         type=float,
@@ -68,6 +151,28 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MB",
         help="memory limit per submission in MB (default 3072)",
     )
+    grade.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="submissions graded at once (default: the number of CPU cores)",
+    )
+    grade.add_argument(
+        "--cache",
+        metavar="FILE",
+        help="results cache for resuming (default: next to --csv, or in --feedback)",
+    )
+    grade.add_argument("--force", action="store_true", help="regrade everything, ignore the cache")
+    grade.add_argument(
+        "--extra-checks", metavar="FILE.py", help="add the instructor's checks from this file"
+    )
+    grade.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run each notebook under bubblewrap: read-only filesystem, no network, "
+        "submission folders hidden",
+    )
     grade.add_argument("--quiet", action="store_true", help="table without the failed checks")
     grade.set_defaults(run=_grade)
 
@@ -77,9 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     labs.set_defaults(run=_labs)
 
     args = parser.parse_args(argv)
-    if getattr(args, "timeout", 1) is not None and getattr(args, "timeout", 1) <= 0:
-        parser.error("--timeout must be positive")
-    return args.run(args)
+    if args.command == "grade":
+        if args.timeout <= 0 or args.memory <= 0 or args.jobs < 0:
+            parser.error("--timeout and --memory must be positive, --jobs at least 0")
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # `normlab grade ... | head`: the reader left; nothing to report
+        sys.stdout = None
+        return 0
 
 
 if __name__ == "__main__":

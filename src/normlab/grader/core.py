@@ -247,6 +247,10 @@ class ForbiddenGuard(Submission):
         )
 
 
+INTERNAL_ERROR = (
+    "internal error in the grader (not a problem with your answer; tell your instructor)"
+)
+
 # Messages of exceptions that point at a known slip, whatever the lab.
 EXCEPTION_HINTS = [
     (
@@ -278,13 +282,13 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
         if hint:
             message += f"\nWhy: {hint}"
         return CheckResult(check.name, 0, check.points, False, message)
-    except Exception as error:  # a shape the check did not expect, e.g. a wrong return type
+    except Exception as error:  # a bug in the check itself: say so, loudly, not "wrong answer"
         return CheckResult(
             check.name,
             0,
             check.points,
             False,
-            f"could not check the answer: {type(error).__name__}: {error}",
+            f"{INTERNAL_ERROR}: {type(error).__name__}: {error}",
         )
     return CheckResult(check.name, check.points, check.points, True, "")
 

@@ -76,6 +76,25 @@ def item_of(out: Output, index: int | None, what: str, count: int | None = None)
     return out.items[index]
 
 
+def array_of(
+    out: Output,
+    what: str,
+    *,
+    index: int | None = None,
+    count: int | None = None,
+    kinds: Sequence[str] = ("ndarray",),
+) -> np.ndarray:
+    """The returned array (item ``index`` of a tuple), or CheckFailed saying what came instead."""
+    item = item_of(out, index, what, count)
+    if item.kind not in kinds or item.array is None:
+        wanted = " or ".join("a NumPy array" if k == "ndarray" else f"a {k}" for k in kinds)
+        raise CheckFailed(f"{what}: returned {describe_item(item)}, expected {wanted}")
+    got = item.array
+    if not np.issubdtype(got.dtype, np.number) or np.issubdtype(got.dtype, np.complexfloating):
+        raise CheckFailed(f"{what}: returned an array of dtype {got.dtype}, expected real numbers")
+    return got
+
+
 def expect_array(
     out: Output,
     expected: np.ndarray,
@@ -103,13 +122,7 @@ def expect_array(
         kinds: accepted kinds of return value (``"ndarray"``, ``"tensor"``).
         hint: said when the answer is wrong and no probe explains it.
     """
-    item = item_of(out, index, what, count)
-    if item.kind not in kinds or item.array is None:
-        wanted = " or ".join("a NumPy array" if k == "ndarray" else f"a {k}" for k in kinds)
-        raise CheckFailed(f"{what}: returned {describe_item(item)}, expected {wanted}")
-    got = item.array
-    if not np.issubdtype(got.dtype, np.number) or np.issubdtype(got.dtype, np.complexfloating):
-        raise CheckFailed(f"{what}: returned an array of dtype {got.dtype}, expected real numbers")
+    got = array_of(out, what, index=index, count=count, kinds=kinds)
     got64 = got.astype(np.float64)
     expected = np.asarray(expected, dtype=np.float64)
     probe = matching_probe(got64, candidates, index, rtol, atol)

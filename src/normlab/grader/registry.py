@@ -60,3 +60,25 @@ def lab_for_path(path: Path, metadata: dict | None = None) -> Lab | None:
 def labs_using(name: str) -> list[Lab]:
     """The labs whose checks use a learner name (``"layernorm_forward"``)."""
     return [lab for lab in all_labs().values() if name in lab.names]
+
+
+def load_extra_checks(path: Path) -> int:
+    """Run an instructor's file of extra (e.g. hidden) checks; returns how many it added.
+
+    The file uses the same API as the built-in checks::
+
+        from normlab.grader.registry import get_lab
+        from normlab.grader.probes import expect_array
+
+        @get_lab("03_layernorm").check("hidden: wide rows", points=1, uses=["layernorm_forward"])
+        def wide_rows(sub):
+            ...
+
+    It runs in the grader's process (it is the instructor's code, not a student's). Students see
+    an extra check only by its name, points and message, like any other.
+    """
+    import runpy
+
+    before = sum(len(lab.checks) for lab in all_labs().values())
+    runpy.run_path(str(path), run_name="normlab_extra_checks")
+    return sum(len(lab.checks) for lab in all_labs().values()) - before

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import html
 import io
 import json
+import os
+import re
+import tempfile
+from pathlib import Path
 
 from normlab.grader.core import CheckResult
 
@@ -68,10 +73,12 @@ class SubmissionResult:
     max_score: int
     error: str | None
     checks: list[CheckResult]
+    student: str | None = None
 
     def as_dict(self) -> dict:
         return {
             "path": self.path,
+            "student": self.student,
             "lab": self.lab,
             "score": self.score,
             "max_score": self.max_score,
@@ -79,26 +86,124 @@ class SubmissionResult:
             "checks": [c.as_dict() for c in self.checks],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> SubmissionResult:
+        checks = [CheckResult(**check) for check in data["checks"]]
+        return cls(
+            data["path"],
+            data["lab"],
+            data["score"],
+            data["max_score"],
+            data["error"],
+            checks,
+            data.get("student"),
+        )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename: readers see the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
 
 def to_json(results: list[SubmissionResult]) -> str:
     return json.dumps({"submissions": [r.as_dict() for r in results]}, indent=2, ensure_ascii=False)
 
 
 def to_csv(results: list[SubmissionResult]) -> str:
-    """One row per submission: path, lab, score, max_score, error, then one column per check."""
-    check_names: list[str] = []
+    """The gradebook: one row per submission, one column per check (points earned).
+
+    Columns: student, lab, score, max_score, error, path, then the checks in course order. When
+    several labs are graded together, a check's column is prefixed with its lab.
+    """
+    labs = {r.lab for r in results if r.lab}
+    columns: list[str] = []
     for result in results:
-        check_names += [c.name for c in result.checks if c.name not in check_names]
+        for check in result.checks:
+            column = f"{result.lab}: {check.name}" if len(labs) > 1 else check.name
+            if column not in columns:
+                columns.append(column)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["path", "lab", "score", "max_score", "error", *check_names])
-    for result in results:
-        points = {c.name: c.points for c in result.checks}
+    writer.writerow(["student", "lab", "score", "max_score", "error", "path", *columns])
+    for result in sorted(results, key=lambda r: (r.student or "", r.lab or "", r.path)):
+        points = {
+            (f"{result.lab}: {c.name}" if len(labs) > 1 else c.name): c.points
+            for c in result.checks
+        }
+        error = (result.error or "").splitlines()[0] if result.error else ""
         writer.writerow(
-            [result.path, result.lab or "", result.score, result.max_score, result.error or ""]
-            + [points.get(name, "") for name in check_names]
+            [
+                result.student or "",
+                result.lab or "",
+                result.score,
+                result.max_score,
+                error,
+                result.path,
+            ]
+            + [points.get(column, "") for column in columns]
         )
     return buffer.getvalue()
+
+
+def feedback_markdown(result: SubmissionResult) -> str:
+    """What a student gets back: score, then each check with its points and what to fix."""
+    title = f"{result.lab or 'unknown lab'} — {result.student or Path(result.path).stem}"
+    lines = [f"# {title}", "", f"**Score: {result.score} / {result.max_score}**", ""]
+    if result.error:
+        lines += ["**Problem running the notebook:**", "", "```", result.error, "```", ""]
+    for check in result.checks:
+        mark = PASS if check.passed else FAIL
+        lines.append(f"- {mark} {check.name} — {check.points}/{check.max_points}")
+        for line in check.message.splitlines():
+            lines.append(f"  > {line}")
+    return "\n".join(lines) + "\n"
+
+
+def feedback_html(result: SubmissionResult) -> str:
+    title = html.escape(
+        f"{result.lab or 'unknown lab'} — {result.student or Path(result.path).stem}"
+    )
+    body = CheckReport("Checks", result.checks)._repr_html_()
+    error = ""
+    if result.error:
+        error = f"<p><b>Problem running the notebook:</b></p><pre>{html.escape(result.error)}</pre>"
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+        f"<body><h1>{title}</h1><p><b>Score: {result.score} / {result.max_score}</b></p>"
+        f"{error}{body}</body></html>\n"
+    )
+
+
+def write_feedback(results: list[SubmissionResult], folder: Path) -> list[Path]:
+    """``folder/STUDENT/LAB.md`` and ``.html`` for each result (file stem added on a clash)."""
+    written, taken = [], set()
+    for result in sorted(results, key=lambda r: r.path):
+        student = safe_name(result.student or Path(result.path).stem)
+        name = safe_name(result.lab or Path(result.path).stem)
+        if (student, name) in taken:
+            name = f"{name}-{safe_name(Path(result.path).stem)}"
+        taken.add((student, name))
+        for suffix, text in ((".md", feedback_markdown(result)), (".html", feedback_html(result))):
+            target = Path(folder) / student / f"{name}{suffix}"
+            write_atomically(target, text)
+            written.append(target)
+    return written
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of a student id or lab (no separators, no dot-files)."""
+    cleaned = re.sub(r"[^\w.\- ]+", "_", text).strip(" .") or "unnamed"
+    return cleaned[:100]
 
 
 def to_table(results: list[SubmissionResult], verbose: bool = True) -> str:
@@ -107,7 +212,7 @@ def to_table(results: list[SubmissionResult], verbose: bool = True) -> str:
     width = max([len(r.path) for r in results] + [10])
     for result in results:
         lines.append(
-            f"{result.path:<{width}}  {result.lab or '?':<14} {result.score:>3}/{result.max_score:<3}"
+            f"{result.path:<{width}}  {result.lab or '?':<18} {result.score:>3}/{result.max_score:<3}"
             + (f"  ERROR: {result.error.splitlines()[0]}" if result.error else "")
         )
         if verbose:

@@ -11,8 +11,10 @@ run ``normlab grade`` as an unprivileged user (or in a container) for untrusted 
 
 from __future__ import annotations
 
+import functools
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +28,86 @@ DEFAULT_MEMORY_MB = 3072
 CALL_TIMEOUT = 5.0  # the checks' inputs are tiny: a correct answer takes milliseconds
 MAX_RESTARTS = 2
 CELL_TIMEOUT_SHARE = 0.25  # one slow cell may use a quarter of the budget, not all of it
+
+
+@functools.cache
+def unprivileged_ids() -> tuple[int, int] | None:
+    """(uid, gid) to run learner code as when the grader is root (``nobody``), else None.
+
+    Only when that user can actually run this Python and import the course (an interpreter
+    installed under /root, for instance, is not readable by ``nobody``): checked once, by trying.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        import pwd
+
+        entry = pwd.getpwnam("nobody")
+        ids = entry.pw_uid, entry.pw_gid
+    except (ImportError, KeyError):
+        ids = 65534, 65534
+
+    def become():
+        os.setgroups([])
+        os.setgid(ids[1])
+        os.setuid(ids[0])
+
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-c", "import json, numpy, normlab.grader.worker"],
+            preexec_fn=become,
+            capture_output=True,
+            timeout=60,
+            cwd="/",
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return ids if probe.returncode == 0 else None
+
+
+def bwrap_prefix(workdir: str, hide: list[str]) -> list[str]:
+    """``bwrap`` arguments: read-only filesystem, private /tmp, no network, own PID namespace.
+
+    ``hide`` lists folders (e.g. the class's submissions) replaced by empty ones, so a notebook
+    cannot read another student's file.
+    """
+    command = [
+        "bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
+    for folder in hide:
+        command += ["--tmpfs", folder]
+    command += [
+        "--bind",
+        workdir,
+        workdir,
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "--",
+    ]
+    return command
+
+
+def bwrap_available() -> bool:
+    """True when bubblewrap is installed and can create its namespaces here."""
+    if shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(
+        ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "true"],
+        capture_output=True,
+        timeout=10,
+    )
+    return probe.returncode == 0
 
 
 def child_environment(workdir: str, mpl_cache: str) -> dict:
@@ -58,12 +140,20 @@ class ChildSubmission(core.Submission):
     """
 
     def __init__(
-        self, cells: list[str], forbidden: dict, budget: float, memory_mb: int = DEFAULT_MEMORY_MB
+        self,
+        cells: list[str],
+        forbidden: dict,
+        budget: float,
+        memory_mb: int = DEFAULT_MEMORY_MB,
+        bwrap: bool = False,
+        hide: tuple[str, ...] = (),
     ):
         self.cells = cells
         self.forbidden = forbidden
         self.deadline = time.monotonic() + budget
         self.memory_mb = memory_mb
+        self.bwrap = bwrap
+        self.hide = list(hide)
         self.process: subprocess.Popen | None = None
         self.names: set[str] = set()
         self.cell_errors: list[dict] = []
@@ -72,7 +162,11 @@ class ChildSubmission(core.Submission):
         self.timed_out: set[str] = set()  # functions that ran out of time: not called again
         self._tmp = tempfile.TemporaryDirectory(prefix="normlab-grade-")
         self.workdir = Path(self._tmp.name)
-        self.mpl_cache = tempfile.gettempdir() + "/normlab-mpl-cache"
+        # Private, not shared between students: a shared cache is a channel between them.
+        self.mpl_cache = str(self.workdir / ".matplotlib")
+        self.run_as = unprivileged_ids()
+        if self.run_as:
+            os.chown(self.workdir, *self.run_as)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -85,24 +179,22 @@ class ChildSubmission(core.Submission):
         reply_read, reply_write = os.pipe()
         log = open(self.workdir / "output.log", "wb")
         cpu_seconds = max(5, int(self.remaining()) + 5)
-        os.makedirs(self.mpl_cache, exist_ok=True)
+        command = [sys.executable, "-I", "-m", "normlab.grader.worker"]
+        command += [str(request_read), str(reply_write), str(self.memory_mb), str(cpu_seconds)]
+        environment = child_environment(str(self.workdir), self.mpl_cache)
+        if self.bwrap:
+            command = bwrap_prefix(str(self.workdir), self.hide) + command
+            environment["NORMLAB_NO_NANNY"] = "1"
+        if self.run_as:
+            environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.run_as)
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-m",
-                "normlab.grader.worker",
-                str(request_read),
-                str(reply_write),
-                str(self.memory_mb),
-                str(cpu_seconds),
-            ],
+            command,
             pass_fds=(request_read, reply_write),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
-            env=child_environment(str(self.workdir), self.mpl_cache),
+            env=environment,
             start_new_session=True,  # its own process group: we can kill everything it forks
         )
         log.close()
@@ -167,8 +259,13 @@ class ChildSubmission(core.Submission):
             code = self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:
             return "the notebook's process stopped answering"
+        if self.bwrap and code > 128:
+            code = -(code - 128)  # bwrap reports its child's fatal signal N as exit code 128 + N
         if code < 0:
-            name = signal.Signals(-code).name
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
             why = {
                 "SIGKILL": " (memory or CPU limit, or killed)",
                 "SIGXCPU": " (CPU time limit)",

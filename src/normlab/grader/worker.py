@@ -20,6 +20,7 @@ import traceback
 
 CELL_MARKER = "<notebook cell {index}>"
 MAX_FILE_BYTES = 64 << 20  # a submission may write at most 64 MiB to any one file
+MAX_PROCESSES = 512  # processes and threads of the unprivileged grading user, all workers together
 
 
 def apply_limits(memory_mb: int, cpu_seconds: int) -> None:
@@ -143,7 +144,7 @@ def to_arrays(value) -> tuple[dict, object]:
         except Exception:
             return {"kind": kind, "unsendable": "a list that is not a regular array"}, None
     else:
-        return {"kind": kind, "unsendable": f"a {kind} object"}, None
+        return {"kind": kind, "unsendable": f"an object of type {kind}"}, None
     if array.dtype.hasobject:
         return {"kind": kind, "unsendable": "an array of Python objects"}, None
     return {"kind": kind, "dtype": str(array.dtype), "shape": list(array.shape)}, array
@@ -182,6 +183,16 @@ def decode_args(specs: list, arrays: list):
 def serve(request_fd: int, reply_fd: int) -> None:
     from normlab.grader import protocol
     from normlab.grader.trap import forbidden_calls
+
+    def forget_channel():
+        # A process forked by the notebook must not talk to the grader: only this one does.
+        for fd in (request_fd, reply_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    os.register_at_fork(after_in_child=forget_channel)
 
     read = protocol.blocking_reader(request_fd)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -223,8 +234,52 @@ def serve(request_fd: int, reply_fd: int) -> None:
             protocol.send(reply_fd, {"ok": False, "error_type": "Protocol", "message": str(op)})
 
 
+def run_under_nanny() -> None:
+    """Fork: the learner's code runs in the grandchild; this process only waits and reports.
+
+    The grader is then not the learner code's parent, so ``os.kill(os.getppid(), 9)`` kills this
+    nanny, never the grader. The nanny exits with the grandchild's status (re-raising its
+    signal), so the grader still learns how the submission ended.
+    """
+    if os.environ.pop("NORMLAB_NO_NANNY", ""):
+        return  # under bubblewrap our parent is the sandbox's init, which ignores such signals
+    pid = os.fork()
+    if pid == 0:
+        return
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def drop_privileges() -> None:
+    """When the grader runs as root, run the learner's code as an unprivileged user.
+
+    ``NORMLAB_RUN_AS=uid:gid`` names the user; the grader has made the working directory theirs.
+    Without write access to the repository or the gradebook, and unable to signal root's
+    processes, a hostile notebook can only spoil its own working directory.
+    """
+    run_as = os.environ.pop("NORMLAB_RUN_AS", "")
+    if not run_as or os.getuid() != 0:
+        return
+    uid, gid = (int(part) for part in run_as.split(":"))
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    # Bounded fork bombs: the limit only binds an unprivileged user.
+    resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+
+
 def main(argv: list[str]) -> None:
     request_fd, reply_fd, memory_mb, cpu_seconds = (int(a) for a in argv[1:5])
+    run_under_nanny()
+    drop_privileges()
     apply_limits(memory_mb, cpu_seconds)
     signal.signal(signal.SIGALRM, _on_alarm)
     os.environ["NORMLAB_GRADING"] = "1"
@@ -233,6 +288,10 @@ def main(argv: list[str]) -> None:
     sys.argv = ["notebook"]
     try:
         serve(request_fd, reply_fd)
+    except BaseException:
+        traceback.print_exc()  # lands in the submission's log, shown with the grader's error
+        sys.stderr.flush()
+        os._exit(70)
     finally:
         # Skip interpreter teardown: learner objects' __del__ or atexit hooks may hang or print.
         os._exit(0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+from normlab.grader.probes import Probe, array_of, evaluate, expect_array, expect_value
 
 LIBRARY_NORMS = [
     "torch.nn.functional.layer_norm",
@@ -339,11 +339,10 @@ def forward_invariants(sub):
     rng = np.random.default_rng(35)
     x = rng.normal(size=(4, 32)) * 5 + 2
     ones, zeros = np.ones(32), np.zeros(32)
-    out = sub.call("layernorm_forward", x, ones, zeros, eps=EPS)
-    item = out.items[0]
-    if out.is_tuple or item.array is None or item.array.shape != x.shape:
-        raise CheckFailed(f"layernorm_forward returned {out.describe()}, expected shape (4, 32)")
-    y = item.array.astype(np.float64)
+    what = "layernorm_forward with gamma = 1, beta = 0"
+    y = array_of(sub.call("layernorm_forward", x, ones, zeros, eps=EPS), what).astype(np.float64)
+    if y.shape != x.shape:
+        raise CheckFailed(f"{what}: shape is {y.shape} but should be {x.shape}")
     means, variances = y.mean(axis=-1), y.var(axis=-1)
     row = int(np.argmax(np.abs(means)))
     if abs(means[row]) > 1e-6:
@@ -357,8 +356,8 @@ def forward_invariants(sub):
             f"with gamma = 1 and beta = 0 every row should have variance ~1; row {row} has "
             f"{variances[row]:.4g}. Divide by sqrt(population variance + eps) of that row."
         )
-    scaled = sub.call("layernorm_forward", 3.0 * x, ones, zeros, eps=EPS).items[0]
-    if scaled.array is None or not np.allclose(scaled.array, y, rtol=1e-5, atol=1e-6):
+    scaled = array_of(sub.call("layernorm_forward", 3.0 * x, ones, zeros, eps=EPS), what)
+    if scaled.shape != y.shape or not np.allclose(scaled, y, rtol=1e-5, atol=1e-6):
         raise CheckFailed(
             "LN(3 x) should equal LN(x) (scale invariance), but it does not: the statistics "
             "must be recomputed from the input itself, not fixed or cached."
