@@ -1,0 +1,1107 @@
+"""Checks for lab 05: one norm over any axes, GroupNorm forward and backward, DyT, problems 1-3.
+
+The learner writes, in NumPy::
+
+    normalize_over(x, axes, eps=1e-5) -> x_hat                    # x: any shape; axes to reduce
+    group_norm_forward(x, num_groups, gamma, beta, eps=1e-5) -> y  # x: (N, C, *); gamma: (C,)
+    group_norm_backward(dy, x, num_groups, gamma, eps=1e-5) -> (dx, dgamma, dbeta)
+    dyt_forward(x, alpha, gamma, beta) -> y                        # x: (..., d); alpha: scalar
+    dyt_backward(dy, x, alpha, gamma) -> (dx, dalpha, dgamma, dbeta)   # dalpha: shape ()
+    BN_AXES, LN_AXES, IN_AXES                                      # problem 1, for (N, C, H, W)
+    gn1_as_layernorm_params(gamma, beta, height, width) -> (gamma_ln, beta_ln)   # problem 2
+    GN_LN_ANSWER, DYT_ANSWER = "a" | "b" | "c" | "d"               # problems 2 and 3
+
+The oracle is PyTorch in float64 (``F.batch_norm`` in training mode, ``F.layer_norm``,
+``F.instance_norm``, ``F.group_norm``, ``torch.var_mean`` and autograd); DyT has no library
+function, so its oracle is its definition in torch, ``gamma * tanh(alpha * x) + beta``, and
+autograd. The probes are known-wrong variants, each with the hint that explains it.
+
+The grader's wire carries arrays and JSON scalars, not tuples, so ``axes`` reaches
+``normalize_over`` as a 1-D integer array; the lab's function turns it into a tuple on its first
+line (outside the answer region).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normlab.grader.core import CheckFailed, Lab, RaisedError
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+
+LIBRARY_NORMS = [
+    "torch.nn.functional.group_norm",
+    "torch.group_norm",
+    "torch.native_group_norm",
+    "torch.nn.GroupNorm",
+    "torch.nn.functional.instance_norm",
+    "torch.instance_norm",
+    "torch.nn.InstanceNorm1d",
+    "torch.nn.InstanceNorm2d",
+    "torch.nn.InstanceNorm3d",
+    "torch.nn.functional.batch_norm",
+    "torch.batch_norm",
+    "torch.nn.BatchNorm1d",
+    "torch.nn.BatchNorm2d",
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.rms_norm",
+    "torch.nn.RMSNorm",
+]
+AUTOGRAD = [
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.Tensor.backward",
+    "torch.func.vjp",
+    "torch.func.grad",
+]
+
+LAB = Lab(
+    stem="05_group_instance",
+    title="GroupNorm, InstanceNorm and DyT",
+    forbidden={
+        "normalize_over": LIBRARY_NORMS,
+        "group_norm_forward": LIBRARY_NORMS,
+        "group_norm_backward": LIBRARY_NORMS + AUTOGRAD,
+        "dyt_forward": LIBRARY_NORMS,
+        "dyt_backward": LIBRARY_NORMS + AUTOGRAD,
+    },
+)
+
+EPS = 1e-5
+F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-14
+F32 = {"rtol": 1e-4, "atol": 1e-4}  # float32 of unit scale: measured error ~1e-6
+
+BROADCAST_HINT = (
+    "gamma and beta have one entry per CHANNEL, and the channels are axis 1 of x (N, C, *), "
+    "not the last axis: reshape them to (1, C, 1, ..., 1), e.g. "
+    "gamma.reshape((1, -1) + (1,) * (x.ndim - 2)), before multiplying. (A statistic computed "
+    "without keepdims=True gives the same error.)"
+)
+
+
+# ----------------------------------------------------------------------------- oracle
+
+
+def _tensor(a):
+    import torch
+
+    return torch.from_numpy(np.array(a, dtype=np.float64))
+
+
+def oracle_normalize(x, axes, eps=EPS):
+    """x_hat over ``axes`` from torch's population statistics (``correction=0``)."""
+    import torch
+
+    xt = _tensor(x)
+    var, mean = torch.var_mean(xt, dim=tuple(axes), correction=0, keepdim=True)
+    return ((xt - mean) / torch.sqrt(var + eps)).numpy()
+
+
+def oracle_batch_norm(x, eps=EPS):
+    import torch.nn.functional as F
+
+    return F.batch_norm(_tensor(x), None, None, training=True, eps=eps).numpy()
+
+
+def oracle_layer_norm(x, eps=EPS):
+    import torch.nn.functional as F
+
+    return F.layer_norm(_tensor(x), tuple(x.shape[1:]), eps=eps).numpy()
+
+
+def oracle_instance_norm(x, eps=EPS):
+    import torch.nn.functional as F
+
+    return F.instance_norm(_tensor(x), eps=eps).numpy()
+
+
+def oracle_group_norm(x, num_groups, gamma, beta, eps=EPS):
+    import torch.nn.functional as F
+
+    return F.group_norm(_tensor(x), num_groups, _tensor(gamma), _tensor(beta), eps).numpy()
+
+
+def oracle_group_norm_backward(dy, x, num_groups, gamma, eps=EPS):
+    import torch
+    import torch.nn.functional as F
+
+    xt = _tensor(x).requires_grad_(True)
+    gt = _tensor(gamma).requires_grad_(True)
+    bt = torch.zeros_like(gt, requires_grad=True)
+    F.group_norm(xt, num_groups, gt, bt, eps).backward(_tensor(dy))
+    return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
+
+
+def oracle_dyt(x, alpha, gamma, beta):
+    """DyT by its definition (Zhu et al. 2025): there is no library function to compare with."""
+    import torch
+
+    return (_tensor(gamma) * torch.tanh(alpha * _tensor(x)) + _tensor(beta)).numpy()
+
+
+def oracle_dyt_backward(dy, x, alpha, gamma):
+    import torch
+
+    xt = _tensor(x).requires_grad_(True)
+    at = torch.tensor(float(alpha), dtype=torch.float64, requires_grad=True)
+    gt = _tensor(gamma).requires_grad_(True)
+    bt = torch.zeros_like(gt, requires_grad=True)
+    (gt * torch.tanh(at * xt) + bt).backward(_tensor(dy))
+    return xt.grad.numpy(), at.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _axes_tuple(axes, ndim):
+    return tuple(sorted({int(a) % ndim for a in np.atleast_1d(axes)}))
+
+
+def _normalize(x, axes, eps=EPS, ddof=0, eps_where="inside"):
+    """x_hat over ``axes`` (a tuple); a variant's statistics are chosen by the arguments."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(axes)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=axes, keepdims=True) / (count - ddof)
+    if eps_where == "inside":
+        return (x - mean) / np.sqrt(var + eps)
+    if eps_where == "outside":
+        return (x - mean) / (np.sqrt(var) + eps)
+    return (x - mean) / np.sqrt(var)
+
+
+def _channel_shape(x):
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _call(sub, name, *args, **kwargs):
+    """Call the learner's function; a broadcasting error gets this lab's hint (axis 1)."""
+    try:
+        return sub.call(name, *args, **kwargs)
+    except RaisedError as error:
+        if "could not be broadcast" in str(error):
+            raise CheckFailed(f"{error}\nWhy: {BROADCAST_HINT}") from None
+        raise
+
+
+# ----------------------------------------------------------------------------- probes: axes
+
+
+def _normalize_variant(kind):
+    def compute(x, axes, eps):
+        x = np.asarray(x, np.float64)
+        axes = _axes_tuple(axes, x.ndim)
+        if kind == "unbiased":
+            return _normalize(x, axes, eps, ddof=1)
+        if kind in ("outside", "none"):
+            return _normalize(x, axes, eps, eps_where=kind)
+        if kind == "complement":
+            others = tuple(a for a in range(x.ndim) if a not in axes)
+            if not others:
+                raise ValueError("no complement")
+            return _normalize(x, others, eps)
+        if kind == "first":
+            if len(axes) < 2:
+                raise ValueError("same as the right answer")
+            return _normalize(x, axes[:1], eps)
+        if kind == "last":
+            if axes == (x.ndim - 1,):
+                raise ValueError("same as the right answer")
+            return _normalize(x, (x.ndim - 1,), eps)
+        if kind == "plus batch":
+            if 0 in axes:
+                raise ValueError("already includes the batch axis")
+            return _normalize(x, (0,) + axes, eps)
+        raise ValueError(kind)
+
+    return compute
+
+
+NORMALIZE_PROBES = [
+    Probe(
+        "unbiased variance",
+        "This matches the unbiased variance (dividing by m - 1, ddof=1). Every norm in this "
+        "chapter divides by the number m of values it averages (np.var's default, ddof=0).",
+        _normalize_variant("unbiased"),
+    ),
+    Probe(
+        "eps outside the root",
+        "This matches (x - mean) / (sqrt(var) + eps). Put eps inside the root, sqrt(var + eps): "
+        "it is a floor under the variance.",
+        _normalize_variant("outside"),
+    ),
+    Probe(
+        "no eps",
+        "This matches dividing by sqrt(var) with no eps; a constant slice then gives 0/0 = NaN. "
+        "Add eps inside the root: sqrt(var + eps).",
+        _normalize_variant("none"),
+    ),
+    Probe(
+        "complementary axes",
+        "This matches statistics over the axes NOT listed. `axes` are the axes you reduce "
+        "(average over); the mean keeps every other axis, with size 1 on the reduced ones.",
+        _normalize_variant("complement"),
+    ),
+    Probe(
+        "first axis only",
+        "This matches statistics over the first listed axis only. Reduce over all of them at "
+        "once: x.mean(axis=axes, keepdims=True) with axes a tuple.",
+        _normalize_variant("first"),
+    ),
+    Probe(
+        "last axis only",
+        "This matches statistics over the last axis only (LayerNorm's habit, axis=-1). Reduce "
+        "over the axes you are given: x.mean(axis=axes, keepdims=True).",
+        _normalize_variant("last"),
+    ),
+    Probe(
+        "batch axis included",
+        "This matches statistics that also average over the batch axis 0. Then one example's "
+        "output depends on the rest of the batch (that is BatchNorm's statistic); reduce over "
+        "the given axes only.",
+        _normalize_variant("plus batch"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- probes: GroupNorm
+
+
+def _grouped_normalize(x, num_groups, eps, order="contiguous", ddof=0, eps_where="inside"):
+    """x_hat of GroupNorm with a chosen way of forming the groups (right or wrong)."""
+    x = np.asarray(x, np.float64)
+    n, channels = x.shape[:2]
+    if order == "contiguous":
+        return _normalize(x.reshape(n, num_groups, -1), (2,), eps, ddof, eps_where).reshape(x.shape)
+    if order == "strided":  # channel c lands in group c % G
+        grouped = x.reshape((n, channels // num_groups, num_groups) + x.shape[2:])
+        axes = (1,) + tuple(range(3, grouped.ndim))
+        return _normalize(grouped, axes, eps).reshape(x.shape)
+    if order == "channels-last reshape":  # the raw memory reshaped to (N, *spatial, G, C/G)
+        if x.ndim < 3:
+            raise ValueError("no spatial axes")
+        grouped = x.reshape((n,) + x.shape[2:] + (num_groups, channels // num_groups))
+        axes = tuple(a for a in range(1, grouped.ndim) if a != grouped.ndim - 2)
+        return _normalize(grouped, axes, eps).reshape(x.shape)
+    if order == "group size":  # num_groups read as the number of channels per group
+        return _normalize(x.reshape(n, channels // num_groups, -1), (2,), eps).reshape(x.shape)
+    if order == "batch":
+        return _normalize(x.reshape(n, num_groups, -1), (0, 2), eps).reshape(x.shape)
+    raise ValueError(order)
+
+
+def _group_norm_variant(order="contiguous", ddof=0, eps_where="inside", affine="channel"):
+    def compute(x, num_groups, gamma, beta, eps):
+        x = np.asarray(x, np.float64)
+        x_hat = _grouped_normalize(x, num_groups, eps, order, ddof, eps_where)
+        gamma, beta = np.asarray(gamma, np.float64), np.asarray(beta, np.float64)
+        if affine == "none":
+            return x_hat
+        if affine == "group":  # one scale and shift per group: the mean over its channels
+            gamma = np.repeat(gamma.reshape(num_groups, -1).mean(axis=1), len(gamma) // num_groups)
+            beta = np.repeat(beta.reshape(num_groups, -1).mean(axis=1), len(beta) // num_groups)
+        if affine == "last axis":
+            if x.shape[-1] != len(gamma) or x.ndim < 3:
+                raise ValueError("raises a broadcasting error instead")
+            return x_hat * gamma + beta
+        return x_hat * gamma.reshape(_channel_shape(x)) + beta.reshape(_channel_shape(x))
+
+    return compute
+
+
+def _channels_last_confusion(x, num_groups, gamma, beta, eps):
+    """GroupNorm written for (N, H, W, C) and run on (N, C, H, W): the last axis taken as C."""
+    x = np.asarray(x, np.float64)
+    if x.ndim < 3 or x.shape[-1] != len(gamma):
+        raise ValueError("raises instead")
+    grouped = x.reshape(x.shape[:-1] + (num_groups, x.shape[-1] // num_groups))
+    axes = tuple(a for a in range(1, grouped.ndim) if a != grouped.ndim - 2)
+    return _normalize(grouped, axes, eps).reshape(x.shape) * gamma + beta
+
+
+GROUP_NORM_PROBES = [
+    Probe(
+        "strided groups",
+        "This matches groups of channels taken with a stride (channel c in group c % G, from a "
+        "reshape to (N, C/G, G, ...)). GroupNorm's groups are contiguous blocks: group g holds "
+        "channels g*C/G ... (g+1)*C/G - 1, so reshape to (N, G, C/G, ...) or (N, G, -1).",
+        _group_norm_variant(order="strided"),
+    ),
+    Probe(
+        "channels-last reshape",
+        "This matches reshaping the (N, C, H, W) array straight to (N, H, W, G, C/G). A reshape "
+        "does not move data: it re-reads the same memory in the new shape, so those 'groups' "
+        "mix channels and positions. x is channels-first: reshape to (N, G, -1).",
+        _group_norm_variant(order="channels-last reshape"),
+    ),
+    Probe(
+        "channels-last confusion",
+        "This matches GroupNorm written for channels-last (N, H, W, C) input: the groups and "
+        "gamma, beta were taken along the LAST axis. Here x is (N, C, H, W): the channels are "
+        "axis 1.",
+        _channels_last_confusion,
+    ),
+    Probe(
+        "affine along the last axis",
+        "The normalization is right but gamma and beta were applied along the last axis "
+        "(x_hat * gamma + beta, as in LayerNorm). They belong to the channels, axis 1: "
+        "reshape them to (1, C, 1, ..., 1).",
+        _group_norm_variant(affine="last axis"),
+    ),
+    Probe(
+        "num_groups read as the group size",
+        "This matches groups of num_groups channels each (C / num_groups groups). num_groups "
+        "is the number of groups G; each group holds C / G channels.",
+        _group_norm_variant(order="group size"),
+    ),
+    Probe(
+        "batch axis included",
+        "This matches statistics that also average over the batch axis. GroupNorm never mixes "
+        "examples: one mean and variance per (example, group).",
+        _group_norm_variant(order="batch"),
+    ),
+    Probe(
+        "affine per group",
+        "This matches one scale and shift per group. GroupNorm's gamma and beta are per "
+        "CHANNEL (C of each, PyTorch's weight and bias of shape (C,)), even though the "
+        "statistics are per group.",
+        _group_norm_variant(affine="group"),
+    ),
+    Probe(
+        "unbiased variance",
+        "This matches the unbiased variance (ddof=1). GroupNorm divides by the number of values "
+        "in the group, (C/G)·H·W (ddof=0).",
+        _group_norm_variant(ddof=1),
+    ),
+    Probe(
+        "eps outside the root",
+        "This matches (x - mean) / (sqrt(var) + eps): put eps inside the root, sqrt(var + eps).",
+        _group_norm_variant(eps_where="outside"),
+    ),
+    Probe(
+        "affine step missing",
+        "This matches x_hat without the affine step: finish with gamma * x_hat + beta, per "
+        "channel.",
+        _group_norm_variant(affine="none"),
+    ),
+]
+
+
+def _group_backward_variant(
+    mean_term=True,
+    var_term=True,
+    use_gamma=True,
+    per_channel=False,
+    param_axes="not channels",
+    swap=False,
+    dgamma_from_x=False,
+):
+    def compute(dy, x, num_groups, gamma, eps):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        n, channels = x.shape[:2]
+        groups = channels if per_channel else num_groups
+        grouped = x.reshape(n, groups, -1)
+        mean = grouped.mean(axis=2, keepdims=True)
+        inv_std = 1.0 / np.sqrt(((grouped - mean) ** 2).mean(axis=2, keepdims=True) + eps)
+        x_hat = (grouped - mean) * inv_std
+        gamma = np.asarray(gamma, np.float64)
+        g = (dy * gamma.reshape(_channel_shape(x)) if use_gamma else dy).reshape(n, groups, -1)
+        dx = g
+        if mean_term:
+            dx = dx - g.mean(axis=2, keepdims=True)
+        if var_term:
+            dx = dx - x_hat * (g * x_hat).mean(axis=2, keepdims=True)
+        dx = (dx * inv_std).reshape(x.shape)
+        right_x_hat = _grouped_normalize(x, num_groups, eps)
+        axes = {"not channels": (0,) + tuple(range(2, x.ndim)), "batch": (0,)}[param_axes]
+        dgamma = (dy * (x if dgamma_from_x else right_x_hat)).sum(axis=axes)
+        dbeta = dy.sum(axis=axes)
+        return (dx, dbeta, dgamma) if swap else (dx, dgamma, dbeta)
+
+    return compute
+
+
+GROUP_BACKWARD_PROBES = [
+    Probe(
+        "statistics treated as constants",
+        "This matches dx = dy * gamma / sigma: it treats the group's mean and variance as "
+        "constants. Both depend on every value of the group, so subtract mean(g) and "
+        "x_hat * mean(g * x_hat), with g = dy * gamma and means over each (example, group).",
+        _group_backward_variant(mean_term=False, var_term=False),
+    ),
+    Probe(
+        "mean term missing",
+        "This has the variance term but not the mean term: subtract mean(g) over each group "
+        "(g = dy * gamma).",
+        _group_backward_variant(mean_term=False),
+    ),
+    Probe(
+        "variance term missing",
+        "This has the mean term but not the variance term: subtract x_hat * mean(g * x_hat) "
+        "over each group.",
+        _group_backward_variant(var_term=False),
+    ),
+    Probe(
+        "gamma missing in dx",
+        "This matches a dx that ignores gamma: the gradient flowing into x_hat is dy * gamma, "
+        "with gamma broadcast along the channels (axis 1).",
+        _group_backward_variant(use_gamma=False),
+    ),
+    Probe(
+        "per-channel means in the backward pass",
+        "This matches a backward pass whose means run over each channel (InstanceNorm's "
+        "groups) instead of each group of C/G channels. The means in dx must run over the same "
+        "values as the forward statistics: reshape dy * gamma to (N, G, -1).",
+        _group_backward_variant(per_channel=True),
+    ),
+    Probe(
+        "summed over the batch axis only",
+        "dgamma/dbeta were summed over axis 0 only. gamma has one entry per channel: sum over "
+        "every other axis (0, 2, 3, ...), leaving shape (C,).",
+        _group_backward_variant(param_axes="batch"),
+    ),
+    Probe(
+        "dgamma and dbeta swapped",
+        "dgamma and dbeta are swapped: dbeta = sum of dy, dgamma = sum of dy * x_hat.",
+        _group_backward_variant(swap=True),
+    ),
+    Probe(
+        "dgamma from x",
+        "This matches dgamma = sum(dy * x). gamma multiplies x_hat: dgamma = sum(dy * x_hat).",
+        _group_backward_variant(dgamma_from_x=True),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- probes: DyT
+
+
+def _dyt_variant(kind):
+    def compute(x, alpha, gamma, beta):
+        x = np.asarray(x, np.float64)
+        if kind == "alpha outside":
+            return gamma * alpha * np.tanh(x) + beta
+        if kind == "no alpha":
+            return gamma * np.tanh(x) + beta
+        if kind == "gamma inside":
+            return np.tanh(alpha * gamma * x) + beta
+        if kind == "no affine":
+            return np.tanh(alpha * x)
+        if kind == "swapped":
+            return beta * np.tanh(alpha * x) + gamma
+        if kind == "normalized first":
+            return gamma * np.tanh(alpha * _normalize(x, (x.ndim - 1,))) + beta
+        if kind == "clip":
+            return gamma * np.clip(alpha * x, -1.0, 1.0) + beta
+        raise ValueError(kind)
+
+    return compute
+
+
+DYT_PROBES = [
+    Probe(
+        "alpha outside tanh",
+        "This matches gamma * alpha * tanh(x) + beta: alpha must scale the INPUT of tanh, "
+        "tanh(alpha * x). Outside, it is just another gain and the S-curve's width never "
+        "changes.",
+        _dyt_variant("alpha outside"),
+    ),
+    Probe(
+        "alpha missing",
+        "This matches tanh(x) without alpha: DyT is gamma * tanh(alpha * x) + beta.",
+        _dyt_variant("no alpha"),
+    ),
+    Probe(
+        "gamma inside tanh",
+        "This matches tanh(alpha * gamma * x) + beta: gamma scales the OUTPUT of tanh, "
+        "gamma * tanh(alpha * x) + beta, like the affine step of a norm.",
+        _dyt_variant("gamma inside"),
+    ),
+    Probe(
+        "affine step missing",
+        "This matches tanh(alpha * x) alone: finish with gamma * ... + beta (per feature).",
+        _dyt_variant("no affine"),
+    ),
+    Probe(
+        "gamma and beta swapped",
+        "This matches beta * tanh(alpha * x) + gamma: gamma scales, beta shifts.",
+        _dyt_variant("swapped"),
+    ),
+    Probe(
+        "normalized first",
+        "This matches tanh of a LayerNorm-normalized x. DyT computes no statistics at all: it "
+        "replaces the norm, it does not follow it.",
+        _dyt_variant("normalized first"),
+    ),
+    Probe(
+        "clipped instead of tanh",
+        "This matches clipping alpha * x to [-1, 1]. DyT uses the smooth tanh.",
+        _dyt_variant("clip"),
+    ),
+]
+
+
+def _dyt_backward_variant(kind=""):
+    def compute(dy, x, alpha, gamma):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        t = np.tanh(alpha * x)
+        derivative = {"one minus": 1 - t, "sech": 1 / np.cosh(alpha * x)}.get(kind, 1 - t**2)
+        g = dy if kind == "no gamma" else dy * gamma
+        local = g * derivative
+        dx = local if kind == "no alpha" else alpha * local
+        per_element = local * (1.0 if kind == "no x" else x)
+        leading = tuple(range(x.ndim - 1))
+        if kind == "not summed":
+            dalpha = per_element
+        elif kind == "per feature":
+            dalpha = per_element.sum(axis=leading)
+        else:
+            dalpha = np.asarray(per_element.sum())
+        dgamma = (dy * (x if kind == "dgamma from x" else t)).sum(axis=leading)
+        dbeta = dy.sum(axis=leading)
+        if kind == "swapped":
+            dgamma, dbeta = dbeta, dgamma
+        return dx, dalpha, dgamma, dbeta
+
+    return compute
+
+
+DYT_BACKWARD_PROBES = [
+    Probe(
+        "dalpha not summed",
+        "dalpha has the shape of x: alpha is ONE scalar shared by every element, so its "
+        "gradient is the sum over all elements, np.sum(dy * gamma * (1 - t**2) * x), shape ().",
+        _dyt_backward_variant("not summed"),
+    ),
+    Probe(
+        "dalpha per feature",
+        "dalpha has one entry per feature, as if alpha were a vector like gamma. In DyT alpha is "
+        "a single scalar: sum over every axis, leaving shape ().",
+        _dyt_backward_variant("per feature"),
+    ),
+    Probe(
+        "tanh derivative as 1 - tanh",
+        "This matches tanh'(u) = 1 - tanh(u). The derivative is 1 - tanh(u)**2.",
+        _dyt_backward_variant("one minus"),
+    ),
+    Probe(
+        "tanh derivative as sech",
+        "This matches tanh'(u) = sech(u) = 1/cosh(u). The derivative is sech(u)**2 = "
+        "1 - tanh(u)**2.",
+        _dyt_backward_variant("sech"),
+    ),
+    Probe(
+        "alpha missing in dx",
+        "This matches a dx without the factor alpha: d tanh(alpha x)/dx = alpha (1 - t**2) "
+        "(chain rule).",
+        _dyt_backward_variant("no alpha"),
+    ),
+    Probe(
+        "x missing in dalpha",
+        "This matches a dalpha without the factor x: d tanh(alpha x)/d alpha = x (1 - t**2).",
+        _dyt_backward_variant("no x"),
+    ),
+    Probe(
+        "gamma missing",
+        "This matches gradients that ignore gamma: the gradient flowing into tanh is dy * gamma.",
+        _dyt_backward_variant("no gamma"),
+    ),
+    Probe(
+        "dgamma from x",
+        "This matches dgamma = sum(dy * x). gamma multiplies tanh(alpha x): "
+        "dgamma = sum(dy * tanh(alpha * x)) over the leading axes.",
+        _dyt_backward_variant("dgamma from x"),
+    ),
+    Probe(
+        "dgamma and dbeta swapped",
+        "dgamma and dbeta are swapped: dbeta = sum of dy, dgamma = sum of dy * tanh(alpha x).",
+        _dyt_backward_variant("swapped"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def images(rng, shape, spread=True):
+    """(N, C, *) activations whose channels have their own offsets and scales (0.05 .. 5)."""
+    scales = np.geomspace(0.05, 5.0, shape[1]) if spread else np.ones(shape[1])
+    offsets = rng.uniform(-3, 3, size=shape[1])
+    rng.shuffle(scales)
+    channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    return rng.normal(size=shape) * scales.reshape(channel) + offsets.reshape(channel)
+
+
+def channel_params(rng, channels, dtype=np.float64):
+    gamma = rng.normal(1.0, 0.5, size=channels).astype(dtype)
+    beta = rng.normal(0.0, 0.5, size=channels).astype(dtype)
+    return gamma, beta
+
+
+# ----------------------------------------------------------------------------- part 1
+
+
+def _normalize_case(sub, x, axes, expected, what, tol=F64, dtype=None):
+    out = _call(sub, "normalize_over", x, np.array(axes, dtype=np.int64), eps=EPS)
+    expect_array(
+        out,
+        expected,
+        what=f"normalize_over, {what}",
+        candidates=evaluate(NORMALIZE_PROBES, x, axes, EPS),
+        dtype=dtype,
+        **tol,
+    )
+
+
+@LAB.check(
+    "normalize_over gives BatchNorm, LayerNorm and InstanceNorm (torch, float64)",
+    points=3,
+    uses=["normalize_over"],
+)
+def normalize_special_cases(sub):
+    rng = np.random.default_rng(50)
+    x = images(rng, (4, 6, 5, 3))
+    cases = [
+        ((2, 3), oracle_instance_norm(x), "axes (2, 3) of (N, C, H, W) = F.instance_norm"),
+        ((0, 2, 3), oracle_batch_norm(x), "axes (0, 2, 3) of (N, C, H, W) = F.batch_norm"),
+        ((1, 2, 3), oracle_layer_norm(x), "axes (1, 2, 3) of (N, C, H, W) = F.layer_norm"),
+    ]
+    for axes, expected, what in cases:
+        _normalize_case(sub, x, axes, expected, what)
+    tokens = images(rng, (3, 4, 8))
+    _normalize_case(sub, tokens, (-1,), oracle_normalize(tokens, (2,)), "axes (-1,) of (B, L, d)")
+
+
+@LAB.check(
+    "normalize_over on any axes: gaps, one axis, 2-D, non-contiguous",
+    points=1,
+    uses=["normalize_over"],
+)
+def normalize_any_axes(sub):
+    rng = np.random.default_rng(51)
+    x = images(rng, (3, 4, 5))
+    _normalize_case(sub, x, (0, 2), oracle_normalize(x, (0, 2)), "axes (0, 2) of shape (3, 4, 5)")
+    _normalize_case(sub, x, (1,), oracle_normalize(x, (1,)), "axes (1,) of shape (3, 4, 5)")
+    flat = images(rng, (6, 5))
+    _normalize_case(sub, flat, (0,), oracle_normalize(flat, (0,)), "axes (0,) of shape (6, 5)")
+    wide = images(rng, (3, 8, 4))[:, ::2]
+    _normalize_case(
+        sub, wide, (1, 2), oracle_normalize(wide, (1, 2)), "a non-contiguous view x[:, ::2]"
+    )
+
+
+@LAB.check(
+    "normalize_over: a constant slice stays finite; float32 in, float32 out",
+    points=1,
+    uses=["normalize_over"],
+)
+def normalize_edges(sub):
+    rng = np.random.default_rng(52)
+    x = images(rng, (2, 3, 4, 4))
+    x[0, 1] = 2.5  # one constant channel of one image: variance exactly 0
+    x[1, 2] = 1.0 + 1e-4 * rng.normal(size=(4, 4))  # variance ~1e-8, far below eps
+    _normalize_case(
+        sub, x, (2, 3), oracle_instance_norm(x), "axes (2, 3), a constant channel (variance 0)"
+    )
+    x32 = images(rng, (4, 6, 3), spread=False).astype(np.float32)
+    _normalize_case(
+        sub,
+        x32,
+        (0, 2),
+        oracle_normalize(x32, (0, 2)),
+        "float32 x of shape (4, 6, 3)",
+        tol=F32,
+        dtype=np.float32,
+    )
+
+
+# ----------------------------------------------------------------------------- part 2
+
+
+def _group_case(sub, x, num_groups, gamma, beta, what, tol=F64, dtype=None):
+    out = _call(sub, "group_norm_forward", x, num_groups, gamma, beta, eps=EPS)
+    expect_array(
+        out,
+        oracle_group_norm(x, num_groups, gamma, beta),
+        what=f"group_norm_forward, {what}",
+        candidates=evaluate(GROUP_NORM_PROBES, x, num_groups, gamma, beta, EPS),
+        dtype=dtype,
+        **tol,
+    )
+
+
+@LAB.check(
+    "GroupNorm forward matches F.group_norm on (N, C, H, W)", points=2, uses=["group_norm_forward"]
+)
+def group_forward_random(sub):
+    rng = np.random.default_rng(60)
+    # W == C in the first case: a channels-last mistake then runs without an error
+    for shape, groups in [((2, 6, 3, 6), 2), ((3, 8, 4, 5), 4), ((1, 12, 2, 2), 3)]:
+        x = images(rng, shape)
+        gamma, beta = channel_params(rng, shape[1])
+        _group_case(sub, x, groups, gamma, beta, f"x of shape {shape}, num_groups={groups}")
+
+
+@LAB.check(
+    "GroupNorm with 1 group, C groups, and (N, C) or (N, C, L) input",
+    points=1,
+    uses=["group_norm_forward"],
+)
+def group_forward_extremes(sub):
+    rng = np.random.default_rng(61)
+    x = images(rng, (3, 6, 4, 4))
+    gamma, beta = channel_params(rng, 6)
+    _group_case(sub, x, 1, gamma, beta, "num_groups=1 (LayerNorm over (C, H, W))")
+    _group_case(sub, x, 6, gamma, beta, "num_groups=C=6 (InstanceNorm)")
+    sequence = images(rng, (2, 8, 7))
+    gamma, beta = channel_params(rng, 8)
+    _group_case(sub, sequence, 4, gamma, beta, "x of shape (2, 8, 7) (N, C, L)")
+    flat = images(rng, (5, 8))
+    _group_case(sub, flat, 2, gamma, beta, "x of shape (5, 8) (N, C)")
+
+
+@LAB.check(
+    "GroupNorm: constant group stays finite; float32 keeps its dtype; non-contiguous input",
+    points=1,
+    uses=["group_norm_forward"],
+)
+def group_forward_edges(sub):
+    rng = np.random.default_rng(62)
+    x = images(rng, (2, 4, 3, 3))
+    x[1, 2:] = -0.5  # the second group of the second image is constant
+    gamma, beta = channel_params(rng, 4)
+    _group_case(sub, x, 2, gamma, beta, "a constant group (variance 0)")
+    x32 = images(rng, (2, 8, 4, 4), spread=False).astype(np.float32)
+    gamma32, beta32 = channel_params(rng, 8, np.float32)
+    _group_case(sub, x32, 4, gamma32, beta32, "float32 (2, 8, 4, 4)", tol=F32, dtype=np.float32)
+    view = images(rng, (2, 8, 6, 4))[:, :, ::2]
+    gamma, beta = channel_params(rng, 8)
+    _group_case(sub, view, 2, gamma, beta, "a non-contiguous view x[:, :, ::2]")
+
+
+@LAB.check(
+    "GroupNorm does not depend on the rest of the batch",
+    points=1,
+    uses=["group_norm_forward"],
+)
+def group_forward_batch_independent(sub):
+    rng = np.random.default_rng(63)
+    x = images(rng, (6, 4, 3, 3))
+    gamma, beta = channel_params(rng, 4)
+    whole = _call(sub, "group_norm_forward", x, 2, gamma, beta, eps=EPS).items[0].array
+    alone = _call(sub, "group_norm_forward", x[:1].copy(), 2, gamma, beta, eps=EPS).items[0].array
+    if whole is None or alone is None or whole.shape != x.shape or alone.shape != (1, 4, 3, 3):
+        raise CheckFailed("group_norm_forward should return an array shaped like its input")
+    if not np.allclose(whole[:1], alone, rtol=1e-9, atol=1e-10):
+        raise CheckFailed(
+            "the output for example 0 changed when the other 5 examples were removed from the "
+            "batch: your statistics mix examples. GroupNorm takes one mean and variance per "
+            "(example, group) and never averages over the batch axis."
+        )
+
+
+# ----------------------------------------------------------------------------- part 3
+
+
+def _group_backward_case(sub, dy, x, num_groups, gamma, what, indices):
+    out = _call(sub, "group_norm_backward", dy, x, num_groups, gamma, eps=EPS)
+    expected = oracle_group_norm_backward(dy, x, num_groups, gamma)
+    candidates = evaluate(GROUP_BACKWARD_PROBES, dy, x, num_groups, gamma, EPS)
+    names = ("dx", "dgamma", "dbeta")
+    for index in indices:
+        expect_array(
+            out,
+            expected[index],
+            what=f"group_norm_backward {names[index]}, {what}",
+            index=index,
+            count=3,
+            candidates=candidates,
+            **F64,
+        )
+
+
+@LAB.check("GroupNorm backward: dx matches autograd", points=2, uses=["group_norm_backward"])
+def group_backward_dx(sub):
+    rng = np.random.default_rng(70)
+    for shape, groups in [((2, 6, 3, 3), 3), ((3, 4, 5), 2)]:
+        x = images(rng, shape)
+        gamma, _ = channel_params(rng, shape[1])
+        dy = rng.normal(size=shape)
+        _group_backward_case(sub, dy, x, groups, gamma, f"x of shape {shape}, G={groups}", [0])
+
+
+@LAB.check(
+    "GroupNorm backward: dgamma and dbeta match autograd, shape (C,)",
+    points=1,
+    uses=["group_norm_backward"],
+)
+def group_backward_params(sub):
+    rng = np.random.default_rng(71)
+    x = images(rng, (3, 4, 2, 3))
+    gamma, _ = channel_params(rng, 4)
+    dy = rng.normal(size=x.shape)
+    _group_backward_case(sub, dy, x, 2, gamma, "x of shape (3, 4, 2, 3)", [1, 2])
+
+
+@LAB.check(
+    "GroupNorm backward with 1 group, C groups and (N, C) input",
+    points=1,
+    uses=["group_norm_backward"],
+)
+def group_backward_extremes(sub):
+    rng = np.random.default_rng(72)
+    x = images(rng, (2, 4, 3, 2))
+    gamma, _ = channel_params(rng, 4)
+    dy = rng.normal(size=x.shape)
+    for groups in (1, 4):
+        _group_backward_case(sub, dy, x, groups, gamma, f"num_groups={groups}", [0, 1, 2])
+    flat = images(rng, (4, 6))
+    gamma, _ = channel_params(rng, 6)
+    _group_backward_case(sub, rng.normal(size=(4, 6)), flat, 3, gamma, "x of shape (4, 6)", [0])
+
+
+# ----------------------------------------------------------------------------- part 4
+
+
+def _dyt_case(sub, x, alpha, gamma, beta, what, tol=F64, dtype=None):
+    out = sub.call("dyt_forward", x, alpha, gamma, beta)
+    expect_array(
+        out,
+        oracle_dyt(x, alpha, gamma, beta),
+        what=f"dyt_forward, {what}",
+        candidates=evaluate(DYT_PROBES, x, alpha, gamma, beta),
+        dtype=dtype,
+        **tol,
+    )
+
+
+@LAB.check("DyT forward matches its definition", points=2, uses=["dyt_forward"])
+def dyt_forward_random(sub):
+    rng = np.random.default_rng(80)
+    for shape, alpha in [((6, 8), 0.5), ((2, 3, 8), 1.7), ((4, 4), 0.2)]:
+        x = rng.normal(size=shape) * 3 + rng.uniform(-2, 2, size=shape[-1])
+        gamma, beta = channel_params(rng, shape[-1])
+        _dyt_case(sub, x, alpha, gamma, beta, f"x of shape {shape}, alpha={alpha}")
+
+
+@LAB.check("DyT forward: saturation, float32 keeps its dtype", points=1, uses=["dyt_forward"])
+def dyt_forward_edges(sub):
+    rng = np.random.default_rng(81)
+    x = rng.standard_t(df=2, size=(5, 6)) * 20  # heavy tails: tanh saturates
+    gamma, beta = channel_params(rng, 6)
+    _dyt_case(sub, x, 0.5, gamma, beta, "heavy-tailed x up to |x| ~ 1e3")
+    x32 = rng.normal(size=(3, 4, 8)).astype(np.float32)
+    gamma32, beta32 = channel_params(rng, 8, np.float32)
+    _dyt_case(sub, x32, 0.8, gamma32, beta32, "float32 (3, 4, 8)", tol=F32, dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------- part 5
+
+
+def _dyt_backward_case(sub, dy, x, alpha, gamma, what, indices):
+    out = sub.call("dyt_backward", dy, x, alpha, gamma)
+    expected = oracle_dyt_backward(dy, x, alpha, gamma)
+    candidates = evaluate(DYT_BACKWARD_PROBES, dy, x, alpha, gamma)
+    names = ("dx", "dalpha", "dgamma", "dbeta")
+    for index in indices:
+        expect_array(
+            out,
+            expected[index],
+            what=f"dyt_backward {names[index]}, {what}",
+            index=index,
+            count=4,
+            candidates=candidates,
+            kinds=("ndarray", "scalar"),
+            **F64,
+        )
+
+
+@LAB.check("DyT backward: dx matches autograd", points=1, uses=["dyt_backward"])
+def dyt_backward_dx(sub):
+    rng = np.random.default_rng(90)
+    x = rng.normal(size=(4, 6)) * 2
+    gamma, _ = channel_params(rng, 6)
+    _dyt_backward_case(sub, rng.normal(size=(4, 6)), x, 0.7, gamma, "x of shape (4, 6)", [0])
+
+
+@LAB.check(
+    "DyT backward: dalpha is one number, summed over every element",
+    points=1,
+    uses=["dyt_backward"],
+)
+def dyt_backward_alpha(sub):
+    rng = np.random.default_rng(91)
+    for shape, alpha in [((5, 6), 0.5), ((2, 3, 6), 1.3)]:
+        x = rng.normal(size=shape) * 2
+        gamma, _ = channel_params(rng, 6)
+        dy = rng.normal(size=shape)
+        _dyt_backward_case(sub, dy, x, alpha, gamma, f"x of shape {shape}", [1])
+
+
+@LAB.check(
+    "DyT backward: dgamma and dbeta (shape (d,)) on (B, L, d)",
+    points=1,
+    uses=["dyt_backward"],
+)
+def dyt_backward_params(sub):
+    rng = np.random.default_rng(92)
+    x = rng.normal(size=(2, 3, 5)) * 2
+    gamma, _ = channel_params(rng, 5)
+    dy = rng.normal(size=(2, 3, 5))
+    _dyt_backward_case(sub, dy, x, 0.9, gamma, "x of shape (2, 3, 5)", [0, 1, 2, 3])
+
+
+# ----------------------------------------------------------------------------- problem 1
+
+# For x of shape (N, C, H, W): the axes each norm reduces, and the norms for the messages.
+AXES_OF = {
+    "BatchNorm": {0, 2, 3},
+    "LayerNorm": {1, 2, 3},
+    "InstanceNorm": {2, 3},
+    "GroupNorm's grouped view": {2},
+}
+
+
+def _read_axes(sub, name):
+    """The learner's answer as a set of axes in 0..3, or a CheckFailed that says what it was."""
+    out = sub.get(name)
+    if out.is_tuple:
+        items = out.items
+    elif out.items[0].kind in ("list", "ndarray", "scalar"):
+        items = [out.items[0]]
+    else:
+        if out.items[0].kind == "none":
+            raise CheckFailed(f"{name}: no answer yet (it is None)")
+        raise CheckFailed(
+            f"{name}: expected a tuple of axes such as (0, 1), found {out.describe()}"
+        )
+    values = []
+    for item in items:
+        if item.array is None or not np.issubdtype(item.array.dtype, np.integer):
+            raise CheckFailed(f"{name}: expected a tuple of integer axes such as (0, 1)")
+        values += [int(v) for v in np.ravel(item.array)]
+    if any(not -4 <= v < 4 for v in values):
+        raise CheckFailed(f"{name}: {tuple(values)} names an axis that (N, C, H, W) does not have")
+    return {v % 4 for v in values}
+
+
+def _axes_check(sub, name, norm):
+    got = _read_axes(sub, name)
+    if got == AXES_OF[norm]:
+        return
+    others = [other for other, axes in AXES_OF.items() if axes == got and other != norm]
+    why = f" Those are {others[0]}'s axes." if others else ""
+    raise CheckFailed(
+        f"{name}: {tuple(sorted(got))} is not the set of axes {norm} averages over for "
+        f"x of shape (N, C, H, W).{why} Ask: over which axes does ONE mean run? The mean keeps "
+        "the others."
+    )
+
+
+@LAB.check("problem 1: BatchNorm's axes", points=1, uses=["BN_AXES"])
+def problem_bn_axes(sub):
+    _axes_check(sub, "BN_AXES", "BatchNorm")
+
+
+@LAB.check("problem 1: LayerNorm's axes", points=1, uses=["LN_AXES"])
+def problem_ln_axes(sub):
+    _axes_check(sub, "LN_AXES", "LayerNorm")
+
+
+@LAB.check("problem 1: InstanceNorm's axes", points=1, uses=["IN_AXES"])
+def problem_in_axes(sub):
+    _axes_check(sub, "IN_AXES", "InstanceNorm")
+
+
+# ----------------------------------------------------------------------------- problem 2
+
+
+def _gn1_probes(gamma, beta, height, width):
+    shape = (len(gamma), height, width)
+
+    def along_last_axis():
+        if width != len(gamma):
+            raise ValueError("raises a broadcasting error instead")
+        return tuple(np.broadcast_to(p, shape) for p in (gamma, beta))
+
+    return [
+        Probe(
+            "per-channel vectors",
+            "F.layer_norm over (C, H, W) needs weights of shape (C, H, W): one per element. "
+            "Repeat each channel's gamma over its H x W positions.",
+            lambda: (gamma, beta),
+        ),
+        Probe(
+            "broadcast along the last axis",
+            "This puts gamma[c] along the LAST axis (width). Channel c's value belongs to every "
+            "position of channel c: gamma[:, None, None] broadcast to (C, H, W).",
+            along_last_axis,
+        ),
+    ]
+
+
+@LAB.check(
+    "problem 2: LayerNorm parameters that reproduce GroupNorm with one group",
+    points=1,
+    uses=["gn1_as_layernorm_params"],
+)
+def problem_gn1_params(sub):
+    rng = np.random.default_rng(100)
+    for channels, height, width in [(4, 3, 4), (6, 2, 5)]:
+        gamma, beta = channel_params(rng, channels)
+        out = sub.call("gn1_as_layernorm_params", gamma, beta, height, width)
+        candidates = evaluate(_gn1_probes(gamma, beta, height, width))
+        shape = (channels, height, width)
+        for index, (name, values) in enumerate((("gamma_ln", gamma), ("beta_ln", beta))):
+            expect_array(
+                out,
+                np.broadcast_to(values[:, None, None], shape),
+                what=f"gn1_as_layernorm_params {name}, C={channels}, H={height}, W={width}",
+                index=index,
+                count=2,
+                candidates=candidates,
+                hint="With these weights F.layer_norm(x, (C, H, W), gamma_ln, beta_ln) must "
+                "equal F.group_norm(x, 1, gamma, beta) for every x.",
+                **F64,
+            )
+
+
+def _is(letter):
+    def accepted(answer) -> bool:
+        return isinstance(answer, str) and answer.strip().strip("()").lower() == letter
+
+    return accepted
+
+
+@LAB.check(
+    "problem 2: is GroupNorm(1, C) the same module as LayerNorm? (multiple choice)",
+    points=1,
+    uses=["GN_LN_ANSWER"],
+)
+def problem_gn_ln_answer(sub):
+    expect_value(
+        sub.get("GN_LN_ANSWER"),
+        _is("b"),
+        what="GN_LN_ANSWER",
+        hint="Compare the statistics first, then count the affine parameters of each module.",
+    )
+
+
+# ----------------------------------------------------------------------------- problem 3
+
+
+@LAB.check(
+    "problem 3: what DyT does and does not replace (multiple choice)",
+    points=1,
+    uses=["DYT_ANSWER"],
+)
+def problem_dyt_answer(sub):
+    expect_value(
+        sub.get("DYT_ANSWER"),
+        _is("c"),
+        what="DYT_ANSWER",
+        hint="Feed DyT 10 x instead of x, and compute what one output element depends on.",
+    )
