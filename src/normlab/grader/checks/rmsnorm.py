@@ -1,0 +1,616 @@
+"""Checks for lab 04, RMSNorm: forward, backward, and the practice problem on Jacobians.
+
+The learner writes, in NumPy::
+
+    rmsnorm_forward(x, gamma, eps=1e-6) -> y                  # x: (..., d); gamma: (d,)
+    rmsnorm_backward(dy, x, gamma, eps=1e-6) -> (dx, dgamma)
+    layernorm_jacobian(x, gamma, eps) -> J                     # x: (d,); J: (d, d), J[i, j] = dy_i/dx_j
+    rmsnorm_jacobian(x, gamma, eps) -> J
+    JACOBIAN_ANSWER = "a" | "b" | "c" | "d"                    # how the two Jacobians compare
+
+RMS(x) = sqrt(mean(x**2) + eps) over the last axis, y = gamma * x / RMS(x): eps inside the root,
+as in ``torch.nn.functional.rms_norm``. The oracle is PyTorch in float64 (``F.rms_norm``,
+``F.layer_norm`` and autograd, including ``torch.autograd.functional.jacobian``) plus invariants;
+the probes are known-wrong variants, each with the hint that explains it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+
+LIBRARY_NORMS = [
+    "torch.nn.functional.rms_norm",
+    "torch.rms_norm",
+    "torch.nn.RMSNorm",
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.group_norm",
+    "torch.nn.GroupNorm",
+]
+AUTOGRAD = [
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.Tensor.backward",
+    "torch.autograd.functional.jacobian",
+    "torch.autograd.functional.vjp",
+    "torch.func.vjp",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+]
+
+LAB = Lab(
+    stem="04_rmsnorm",
+    title="RMSNorm",
+    forbidden={
+        "rmsnorm_forward": LIBRARY_NORMS,
+        "rmsnorm_backward": LIBRARY_NORMS + AUTOGRAD,
+        "layernorm_jacobian": LIBRARY_NORMS + AUTOGRAD,
+        "rmsnorm_jacobian": LIBRARY_NORMS + AUTOGRAD,
+    },
+)
+
+EPS = 1e-6
+F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-15
+F32 = {"rtol": 1e-4, "atol": 1e-5}  # float32: measured error ~1e-7 relative
+JACOBIAN_TOL = {"rtol": 1e-10, "atol": 1e-10}  # closed form vs autograd, float64
+
+
+# ----------------------------------------------------------------------------- oracle
+
+
+def _tensor(a, requires_grad=False):
+    import torch
+
+    return torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)
+
+
+def oracle_forward(x, gamma, eps=EPS):
+    import torch.nn.functional as F
+
+    return F.rms_norm(_tensor(x), (x.shape[-1],), _tensor(gamma), eps).numpy()
+
+
+def oracle_backward(dy, x, gamma, eps=EPS):
+    import torch.nn.functional as F
+
+    xt, gt = _tensor(x, True), _tensor(gamma, True)
+    F.rms_norm(xt, (x.shape[-1],), gt, eps).backward(_tensor(dy))
+    return xt.grad.numpy(), gt.grad.numpy()
+
+
+def oracle_jacobian(norm, x, gamma, eps):
+    """J[i, j] = dy_i/dx_j of LayerNorm (``norm="layer"``) or RMSNorm for one vector x: (d,)."""
+    import torch.nn.functional as F
+    from torch.autograd.functional import jacobian
+
+    d, gt = x.shape[-1], _tensor(gamma)
+    if norm == "layer":
+        return jacobian(lambda v: F.layer_norm(v, (d,), gt, None, eps), _tensor(x)).numpy()
+    return jacobian(lambda v: F.rms_norm(v, (d,), gt, eps), _tensor(x)).numpy()
+
+
+# ----------------------------------------------------------------------------- forward probes
+
+
+def _mean_square(x, axis=-1):
+    return (x**2).mean(axis=axis, keepdims=True)
+
+
+def _forward_variant(denominator, numerator="x", use_gamma=True):
+    def forward(x, gamma, eps):
+        x = np.asarray(x, np.float64)
+        top = x - x.mean(axis=-1, keepdims=True) if numerator == "centred" else x
+        y = top / denominator(x, eps)
+        return y * gamma if use_gamma else y
+
+    return forward
+
+
+def _square_without_keepdims(x, gamma, eps):
+    if x.ndim != 2 or x.shape[0] != x.shape[1]:
+        raise ValueError("only a square input broadcasts silently")
+    return x / np.sqrt((x**2).mean(axis=-1) + eps) * gamma  # row j's RMS divides column j
+
+
+def _rms(x, eps):
+    return np.sqrt(_mean_square(x) + eps)
+
+
+FORWARD_PROBES = [
+    Probe(
+        "subtracts the mean",
+        "This matches LayerNorm: (x - mean) / sqrt(var + eps). RMSNorm does not re-centre: "
+        "divide x itself (not x - mean) by RMS(x) = sqrt(mean(x**2) + eps).",
+        _forward_variant(lambda x, eps: np.sqrt(x.var(axis=-1, keepdims=True) + eps), "centred"),
+    ),
+    Probe(
+        "standard deviation instead of RMS",
+        "This matches x / sqrt(var + eps): the standard deviation measures the spread around "
+        "the mean. RMSNorm divides by the root of the mean of the squares, mean(x**2), which "
+        "also counts the mean: RMS**2 = var + mean**2.",
+        _forward_variant(lambda x, eps: np.sqrt(x.var(axis=-1, keepdims=True) + eps)),
+    ),
+    Probe(
+        "eps outside the root",
+        "This matches x / (sqrt(mean(x**2)) + eps). Put eps inside the root, "
+        "sqrt(mean(x**2) + eps), as torch.nn.functional.rms_norm does; the two differ for rows "
+        "whose RMS is near or below sqrt(eps).",
+        _forward_variant(lambda x, eps: np.sqrt(_mean_square(x)) + eps),
+    ),
+    Probe(
+        "no eps",
+        "This matches x / sqrt(mean(x**2)) with no eps: a row of zeros gives 0/0 = NaN and a "
+        "tiny row is blown up to RMS 1. Add eps inside the root.",
+        _forward_variant(lambda x, eps: np.sqrt(_mean_square(x))),
+    ),
+    Probe(
+        "sum of squares instead of mean",
+        "This matches sqrt(sum(x**2) + eps): the sum grows with d. RMS is the root of the "
+        "*mean* square, mean(x**2) = sum(x**2) / d.",
+        _forward_variant(lambda x, eps: np.sqrt((x**2).sum(axis=-1, keepdims=True) + eps)),
+    ),
+    Probe(
+        "square root missing",
+        "This matches x / (mean(x**2) + eps): the mean square is a squared quantity. Divide by "
+        "its square root, sqrt(mean(x**2) + eps).",
+        _forward_variant(lambda x, eps: _mean_square(x) + eps),
+    ),
+    Probe(
+        "gamma missing",
+        "This matches x / RMS(x) without the gain. Finish with gamma * x / RMS(x).",
+        _forward_variant(_rms, use_gamma=False),
+    ),
+    Probe(
+        "wrong axis",
+        "This matches a mean square taken over the batch axis (axis=0). RMSNorm averages over "
+        "the features of each row: axis=-1.",
+        _forward_variant(lambda x, eps: np.sqrt(_mean_square(x, axis=0) + eps)),
+    ),
+    Probe(
+        "statistics without keepdims",
+        "This matches a mean square of shape (N,) broadcast along the features: with a square "
+        "input, row j's RMS divides column j without any error. Use keepdims=True.",
+        _square_without_keepdims,
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- backward probes
+
+
+def _backward_variant(
+    projection="right",
+    use_gamma=True,
+    mean_term=False,
+    dgamma_from_x=False,
+    dgamma_axes="leading",
+):
+    def backward(dy, x, gamma, eps):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        rms = _rms(x, eps)
+        x_hat = x / rms
+        g = dy * gamma if use_gamma else dy
+        dx = g
+        if mean_term:
+            dx = dx - g.mean(axis=-1, keepdims=True)
+        if projection == "right":
+            dx = dx - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+        elif projection == "no 1/d":
+            dx = dx - x_hat * (g * x_hat).sum(axis=-1, keepdims=True)
+        elif projection == "no 1/rms^2":
+            dx = dx - x * (g * x).mean(axis=-1, keepdims=True)
+        dx = dx / rms
+        lead = tuple(range(x.ndim - 1))
+        axes = {"leading": lead, "last": -1, "first": 0}[dgamma_axes]
+        dgamma = (dy * (x if dgamma_from_x else x_hat)).sum(axis=axes)
+        return dx, dgamma
+
+    return backward
+
+
+BACKWARD_PROBES = [
+    Probe(
+        "RMS treated as a constant",
+        "This matches dx = dy * gamma / RMS: it treats RMS(x) as a constant. RMS depends on "
+        "every x_j of the row, which adds the x x^T term: subtract x_hat * mean(g * x_hat) "
+        "(g = dy * gamma, x_hat = x / RMS, mean over the features) before dividing by RMS.",
+        _backward_variant(projection="none"),
+    ),
+    Probe(
+        "LayerNorm's mean term",
+        "This has an extra - mean(g) term: that term comes from LayerNorm's mean, and RMSNorm "
+        "has no mean. dx = (g - x_hat * mean(g * x_hat)) / RMS.",
+        _backward_variant(mean_term=True),
+    ),
+    Probe(
+        "1/d missing in the x x^T term",
+        "This matches x_hat * sum(g * x_hat): d RMS**2 / d x_j = 2 x_j / d, so the x x^T term "
+        "carries a 1/d. Use the mean over the features, not the sum.",
+        _backward_variant(projection="no 1/d"),
+    ),
+    Probe(
+        "1/RMS**2 missing in the x x^T term",
+        "This matches x * mean(g * x): the x x^T term is x x^T / (d RMS**2), i.e. it uses "
+        "x_hat = x / RMS on both sides: x_hat * mean(g * x_hat).",
+        _backward_variant(projection="no 1/rms^2"),
+    ),
+    Probe(
+        "gamma missing in dx",
+        "This matches a dx that ignores gamma: the gradient flowing into x_hat is g = dy * gamma.",
+        _backward_variant(use_gamma=False),
+    ),
+    Probe(
+        "dgamma from x",
+        "This matches dgamma = sum(dy * x). gamma multiplies x_hat = x / RMS, so "
+        "dgamma = sum(dy * x_hat).",
+        _backward_variant(dgamma_from_x=True),
+    ),
+    Probe(
+        "summed over the features",
+        "dgamma was summed over the feature axis. gamma has one entry per feature: sum over "
+        "every other axis (all leading axes), leaving shape (d,).",
+        _backward_variant(dgamma_axes="last"),
+    ),
+    Probe(
+        "summed over the first axis only",
+        "dgamma was summed over axis 0 only. For x of shape (B, L, d) sum over B and L: "
+        "axis=tuple(range(x.ndim - 1)), leaving shape (d,).",
+        _backward_variant(dgamma_axes="first"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- Jacobian probes
+
+
+def _layer_jacobian(
+    mean_term=True, outer_term=True, outer_over_d=True, eps_in_sigma=True, eps_in_x_hat=True
+):
+    def jacobian(x, gamma, eps):
+        x = np.asarray(x, np.float64)
+        d, centred = x.shape[-1], x - x.mean()
+        var = (centred**2).mean()
+        sigma = np.sqrt(var + eps) if eps_in_sigma else np.sqrt(var)
+        x_hat = centred / (np.sqrt(var + eps) if eps_in_x_hat else np.sqrt(var))
+        inner = np.eye(d)
+        if mean_term:
+            inner = inner - 1.0 / d
+        if outer_term:
+            inner = inner - np.outer(x_hat, x_hat) / (d if outer_over_d else 1)
+        return gamma[:, None] * inner / sigma
+
+    return jacobian
+
+
+def _rms_jacobian(mean_term=False, outer_term=True, over_d=True, over_rms2=True, eps_in="both"):
+    def jacobian(x, gamma, eps):
+        x = np.asarray(x, np.float64)
+        d, mean_square = x.shape[-1], (x**2).mean()
+        rms_prefactor = np.sqrt(mean_square + (eps if eps_in in ("both", "prefactor") else 0.0))
+        rms_outer = np.sqrt(mean_square + (eps if eps_in in ("both", "outer") else 0.0))
+        inner = np.eye(d)
+        if mean_term:
+            inner = inner - 1.0 / d
+        if outer_term:
+            inner = inner - np.outer(x, x) / (
+                (d if over_d else 1) * (rms_outer**2 if over_rms2 else 1)
+            )
+        return gamma[:, None] * inner / rms_prefactor
+
+    return jacobian
+
+
+def _transposed(jacobian):
+    return lambda x, gamma, eps: jacobian(x, gamma, eps).T
+
+
+TRANSPOSED_HINT = (
+    "This matches the transpose of the Jacobian. Row i is output y_i, column j is input x_j: "
+    "J[i, j] = dy_i/dx_j, so gamma_i scales row i (gamma[:, None] * ..., not gamma[None, :])."
+)
+
+LAYER_JACOBIAN_PROBES = [
+    Probe(
+        "1/d term missing",
+        "This matches (gamma_i / sigma)(delta_ij - x_hat_i x_hat_j / d): the -1/d term is "
+        "missing. It is the path through the mean: d mu / d x_j = 1/d for every j.",
+        _layer_jacobian(mean_term=False),
+    ),
+    Probe(
+        "x_hat x_hat^T term missing",
+        "This matches (gamma_i / sigma)(delta_ij - 1/d): the -x_hat_i x_hat_j / d term is "
+        "missing. It is the path through sigma: d sigma / d x_j = x_hat_j / d.",
+        _layer_jacobian(outer_term=False),
+    ),
+    Probe(
+        "x_hat x_hat^T without 1/d",
+        "This matches (gamma_i / sigma)(delta_ij - 1/d - x_hat_i x_hat_j): the outer-product "
+        "term needs a 1/d too, because d sigma / d x_j = x_hat_j / d.",
+        _layer_jacobian(outer_over_d=False),
+    ),
+    Probe(
+        "eps missing in x_hat",
+        "This uses eps in sigma but computes x_hat = (x - mean) / sqrt(var) without it. Use one "
+        "sigma = sqrt(var + eps) everywhere: x_hat = (x - mean) / sigma.",
+        _layer_jacobian(eps_in_x_hat=False),
+    ),
+    Probe(
+        "eps missing in sigma",
+        "This computes x_hat with eps but divides by sqrt(var) without it. Use one "
+        "sigma = sqrt(var + eps) everywhere.",
+        _layer_jacobian(eps_in_sigma=False),
+    ),
+    Probe("transposed", TRANSPOSED_HINT, _transposed(_layer_jacobian())),
+]
+
+RMS_JACOBIAN_PROBES = [
+    Probe(
+        "x x^T term missing",
+        "This matches diag(gamma) / RMS: RMS(x) was treated as a constant. It depends on every "
+        "x_j (d RMS / d x_j = x_j / (d RMS)), which gives the term -x_i x_j / (d RMS**2).",
+        _rms_jacobian(outer_term=False),
+    ),
+    Probe(
+        "LayerNorm's 1/d term",
+        "This has LayerNorm's -1/d term, which comes from the mean. RMSNorm has no mean: "
+        "J = (gamma_i / RMS)(delta_ij - x_i x_j / (d RMS**2)).",
+        _rms_jacobian(mean_term=True),
+    ),
+    Probe(
+        "1/d missing in the x x^T term",
+        "This matches -x_i x_j / RMS**2 without the 1/d: RMS**2 is a *mean* of squares, so "
+        "d RMS**2 / d x_j = 2 x_j / d.",
+        _rms_jacobian(over_d=False),
+    ),
+    Probe(
+        "1/RMS**2 missing in the x x^T term",
+        "This matches -x_i x_j / d without dividing by RMS**2: the outer-product term is "
+        "x_i x_j / (d RMS**2) = x_hat_i x_hat_j / d.",
+        _rms_jacobian(over_rms2=False),
+    ),
+    Probe(
+        "eps missing in the x x^T term",
+        "This uses RMS with eps in the prefactor but without eps in the x x^T term. Use one "
+        "RMS = sqrt(mean(x**2) + eps) everywhere.",
+        _rms_jacobian(eps_in="prefactor"),
+    ),
+    Probe(
+        "eps missing in the prefactor",
+        "This uses RMS with eps in the x x^T term but divides by sqrt(mean(x**2)) without it. Use "
+        "one RMS = sqrt(mean(x**2) + eps) everywhere.",
+        _rms_jacobian(eps_in="outer"),
+    ),
+    Probe("transposed", TRANSPOSED_HINT, _transposed(_rms_jacobian())),
+]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def rows_of_varied_size(rng, shape):
+    """Rows whose RMS spans 1e-4..10 (eps placement shows) with offsets (the mean matters)."""
+    n_rows = int(np.prod(shape[:-1]))
+    scales = np.geomspace(1e-4, 10, n_rows).reshape(shape[:-1] + (1,))
+    offsets = rng.uniform(-2, 2, size=shape[:-1] + (1,))
+    return (rng.normal(size=shape) + offsets) * scales
+
+
+def gain(rng, d, dtype=np.float64):
+    """A gain with distinct entries, so that a transposed Jacobian differs from the right one."""
+    return rng.normal(1.0, 0.5, size=d).astype(dtype)
+
+
+def _forward_case(sub, x, gamma, what, tol=F64, dtype=None, eps=EPS):
+    out = sub.call("rmsnorm_forward", x, gamma, eps=eps)
+    expect_array(
+        out,
+        oracle_forward(x, gamma, eps),
+        what=f"rmsnorm_forward, {what}",
+        candidates=evaluate(FORWARD_PROBES, x, gamma, eps),
+        dtype=dtype,
+        **tol,
+    )
+
+
+# ----------------------------------------------------------------------------- forward checks
+
+
+@LAB.check("forward matches torch on random (N, d) inputs", points=2, uses=["rmsnorm_forward"])
+def forward_random(sub):
+    rng = np.random.default_rng(60)
+    for shape in [(8, 8), (6, 8), (1, 16)]:  # square first: exposes missing keepdims
+        x = rows_of_varied_size(rng, shape)
+        _forward_case(sub, x, gain(rng, shape[-1]), f"x of shape {shape}")
+
+
+@LAB.check("forward handles (B, L, d) and non-contiguous input", points=1, uses=["rmsnorm_forward"])
+def forward_3d(sub):
+    rng = np.random.default_rng(61)
+    gamma = gain(rng, 8)
+    _forward_case(sub, rows_of_varied_size(rng, (2, 3, 8)), gamma, "x of shape (2, 3, 8)")
+    wide = rows_of_varied_size(rng, (5, 16))
+    _forward_case(sub, wide[:, ::2], gamma, "a non-contiguous view x[:, ::2] of shape (5, 8)")
+
+
+@LAB.check("forward stays finite as the RMS goes to 0", points=1, uses=["rmsnorm_forward"])
+def forward_small_rms(sub):
+    rng = np.random.default_rng(62)
+    x = np.empty((4, 8))
+    x[0] = 0.0  # a row of zeros: RMS exactly 0 without eps
+    x[1] = 1e-4 * rng.normal(size=8)  # RMS ~1e-4, below sqrt(eps) = 1e-3
+    x[2] = 1e-3 * rng.normal(size=8)  # RMS ~ sqrt(eps): inside vs outside differ most
+    x[3] = rng.normal(size=8)
+    _forward_case(sub, x, gain(rng, 8), "rows of zeros and of RMS 1e-4 and 1e-3")
+
+
+@LAB.check("forward keeps float32 as float32", points=1, uses=["rmsnorm_forward"])
+def forward_float32(sub):
+    rng = np.random.default_rng(63)
+    x = (rng.normal(size=(6, 64)) * 3 + 1).astype(np.float32)
+    _forward_case(sub, x, gain(rng, 64, np.float32), "float32 x of shape (6, 64)", F32, np.float32)
+
+
+@LAB.check("forward with d = 1 keeps the sign", points=1, uses=["rmsnorm_forward"])
+def forward_d1(sub):
+    rng = np.random.default_rng(64)
+    x = rng.normal(size=(5, 1)) * 10
+    x[0, 0] = 1e-3  # |x| ~ sqrt(eps): not exactly +-gamma
+    _forward_case(sub, x, np.array([2.0]), "d = 1, x of shape (5, 1)")
+
+
+@LAB.check(
+    "forward output: mean square 1 per row, scale invariant", points=1, uses=["rmsnorm_forward"]
+)
+def forward_invariants(sub):
+    rng = np.random.default_rng(65)
+    x = rng.normal(size=(4, 32)) * 5 + 2
+    ones = np.ones(32)
+    out = sub.call("rmsnorm_forward", x, ones, eps=EPS)
+    item = out.items[0]
+    if out.is_tuple or item.array is None or item.array.shape != x.shape:
+        raise CheckFailed(f"rmsnorm_forward returned {out.describe()}, expected shape (4, 32)")
+    y = item.array.astype(np.float64)
+    mean_squares = (y**2).mean(axis=-1)
+    row = int(np.argmax(np.abs(mean_squares - 1)))
+    if abs(mean_squares[row] - 1) > 1e-4:
+        raise CheckFailed(
+            f"with gamma = 1 every row of the output should have mean square ~1; row {row} has "
+            f"{mean_squares[row]:.4g}. Divide each row by its own RMS, sqrt(mean(x**2) + eps)."
+        )
+    scaled = sub.call("rmsnorm_forward", 3.0 * x, ones, eps=EPS).items[0]
+    if scaled.array is None or not np.allclose(scaled.array, y, rtol=1e-6, atol=1e-8):
+        raise CheckFailed(
+            "RMSNorm(3 x) should equal RMSNorm(x) (scale invariance), but it does not: the RMS "
+            "must be recomputed from the input itself, not fixed or cached."
+        )
+
+
+# ----------------------------------------------------------------------------- backward checks
+
+
+def _backward_case(sub, dy, x, gamma, what, indices):
+    out = sub.call("rmsnorm_backward", dy, x, gamma, eps=EPS)
+    expected = oracle_backward(dy, x, gamma)
+    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
+    names = ("dx", "dgamma")
+    for index in indices:
+        expect_array(
+            out,
+            expected[index],
+            what=f"rmsnorm_backward {names[index]}, {what}",
+            index=index,
+            count=2,
+            candidates=candidates,
+            **F64,
+        )
+
+
+@LAB.check("backward: dx matches autograd", points=2, uses=["rmsnorm_backward"])
+def backward_dx(sub):
+    rng = np.random.default_rng(70)
+    for shape in [(4, 6), (3, 16)]:
+        x = rows_of_varied_size(rng, shape)
+        x[0] = 0.0  # a row of zeros: the gradient is finite, dy * gamma / sqrt(eps)
+        _backward_case(sub, rng.normal(size=shape), x, gain(rng, shape[-1]), f"x of {shape}", [0])
+
+
+@LAB.check("backward: dgamma matches autograd", points=1, uses=["rmsnorm_backward"])
+def backward_dgamma(sub):
+    rng = np.random.default_rng(71)
+    x = rows_of_varied_size(rng, (5, 6))
+    _backward_case(sub, rng.normal(size=(5, 6)), x, gain(rng, 6), "x of shape (5, 6)", [1])
+
+
+@LAB.check(
+    "backward on (B, L, d): both gradients right, dgamma of shape (d,)",
+    points=1,
+    uses=["rmsnorm_backward"],
+)
+def backward_3d(sub):
+    rng = np.random.default_rng(72)
+    x = rows_of_varied_size(rng, (2, 3, 5))
+    dy = rng.normal(size=(2, 3, 5))
+    _backward_case(sub, dy, x, gain(rng, 5), "x of shape (2, 3, 5)", [0, 1])
+
+
+# ----------------------------------------------------------------------------- practice problem
+
+
+def _jacobian_case(sub, norm, x, gamma, eps, what):
+    name = f"{norm}norm_jacobian"
+    probes = LAYER_JACOBIAN_PROBES if norm == "layer" else RMS_JACOBIAN_PROBES
+    expect_array(
+        sub.call(name, x, gamma, eps),
+        oracle_jacobian(norm, x, gamma, eps),
+        what=f"{name}, {what}",
+        candidates=evaluate(probes, x, gamma, eps),
+        hint="Row i is output y_i, column j is input x_j; compare your matrix with the closed "
+        "form entry by entry for a small d (d = 2 or 3).",
+        **JACOBIAN_TOL,
+    )
+
+
+def _jacobian_random(sub, norm, seed):
+    rng = np.random.default_rng(seed)
+    for d, offset in [(6, 1.5), (9, -0.7)]:
+        x = rng.normal(size=d) * 2 + offset  # an offset: the mean matters
+        _jacobian_case(sub, norm, x, gain(rng, d), 1e-5, f"x of shape ({d},), eps = 1e-5")
+
+
+def _jacobian_eps(sub, norm, seed):
+    rng = np.random.default_rng(seed)
+    x = 0.01 * rng.normal(size=5)  # variance ~1e-4, comparable to eps: eps must be consistent
+    _jacobian_case(sub, norm, x, gain(rng, 5), 1e-4, "small x of shape (5,), eps = 1e-4")
+    _jacobian_case(sub, norm, np.array([0.8]), np.array([1.7]), 0.25, "d = 1, eps = 0.25")
+
+
+@LAB.check("problem 1: layernorm_jacobian matches autograd", points=2, uses=["layernorm_jacobian"])
+def problem_layernorm_jacobian(sub):
+    _jacobian_random(sub, "layer", 80)
+
+
+@LAB.check(
+    "problem 1: layernorm_jacobian with eps comparable to the variance, and d = 1",
+    points=1,
+    uses=["layernorm_jacobian"],
+)
+def problem_layernorm_jacobian_eps(sub):
+    _jacobian_eps(sub, "layer", 81)
+
+
+@LAB.check("problem 1: rmsnorm_jacobian matches autograd", points=2, uses=["rmsnorm_jacobian"])
+def problem_rmsnorm_jacobian(sub):
+    _jacobian_random(sub, "rms", 82)
+
+
+@LAB.check(
+    "problem 1: rmsnorm_jacobian with eps comparable to the mean square, and d = 1",
+    points=1,
+    uses=["rmsnorm_jacobian"],
+)
+def problem_rmsnorm_jacobian_eps(sub):
+    _jacobian_eps(sub, "rms", 83)
+
+
+def _is_b(answer) -> bool:
+    return isinstance(answer, str) and answer.strip().strip("()").lower() == "b"
+
+
+@LAB.check(
+    "problem 1: how the two Jacobians compare (multiple choice)",
+    points=1,
+    uses=["JACOBIAN_ANSWER"],
+)
+def problem_jacobian_answer(sub):
+    expect_value(
+        sub.get("JACOBIAN_ANSWER"),
+        _is_b,
+        what="JACOBIAN_ANSWER",
+        hint="Look at which entries of your two Jacobians are zero, and count the terms that "
+        "are subtracted from delta_ij in each.",
+    )

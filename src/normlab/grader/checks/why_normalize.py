@@ -1,0 +1,858 @@
+"""Checks for lab 01, why normalize: instrument a deep MLP, and a first ``standardize``.
+
+The learner writes, in NumPy::
+
+    standardize(x, axis=-1, eps=1e-5) -> x_hat                  # zero mean, unit variance on axis
+    mlp_forward_stats(x, weights, activation, normalize=False) -> stds          # (L,)
+    mlp_backward_grad_norms(x, weights, upstream, activation)
+        -> (input_grad_norms, weight_grad_norms)                                 # (L,), (L,)
+    init_std(fan_in, activation) -> float                        # practice problem 2
+    scale_with_train_stats(train, test, eps=1e-5) -> test_hat    # practice problem 3
+    BACKWARD_ANSWER, WEIGHT_GRAD_ANSWER, ICS_ANSWER = "a" | "b" | "c" | "d"
+
+The network: ``x`` of shape (B, d), ``weights`` of shape (L, d, d); layer l = 1..L computes
+``z_l = h_{l-1} @ weights[l-1]``, optionally ``z_l = standardize(z_l, axis=-1)``, then
+``h_l = phi(z_l)`` with ``phi`` one of ``"linear"``, ``"tanh"``, ``"relu"``; ``h_0 = x``. The loss
+of the backward pass is ``sum(upstream * h_L)``.
+
+The oracle is PyTorch in float64 (``F.layer_norm`` for the standardization, autograd for the
+gradients); the probes are known-wrong variants, each with the hint that explains it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+
+LIBRARY_NORMS = [
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.batch_norm",
+    "torch.batch_norm",
+    "torch.nn.BatchNorm1d",
+    "torch.nn.functional.instance_norm",
+    "torch.nn.functional.group_norm",
+    "torch.nn.functional.rms_norm",
+]
+AUTOGRAD = [
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.Tensor.backward",
+    "torch.func.vjp",
+    "torch.func.grad",
+]
+
+LAB = Lab(
+    stem="01_why_normalize",
+    title="Why normalize",
+    forbidden={
+        "standardize": LIBRARY_NORMS,
+        "mlp_forward_stats": LIBRARY_NORMS,
+        "mlp_backward_grad_norms": LIBRARY_NORMS + AUTOGRAD,
+        "scale_with_train_stats": LIBRARY_NORMS,
+    },
+)
+
+EPS = 1e-5
+F64 = {"rtol": 1e-7, "atol": 1e-12}  # float64 answers agree with the oracle to ~1e-14
+F32 = {"rtol": 1e-4, "atol": 1e-4}  # float32 output of unit scale: rounding ~1e-7
+ACTIVATIONS = ("linear", "tanh", "relu")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _phi(activation: str):
+    return {
+        "linear": lambda z: z,
+        "tanh": np.tanh,
+        "relu": lambda z: np.maximum(z, 0.0),
+    }[activation]
+
+
+def _phi_derivative(activation: str, z: np.ndarray) -> np.ndarray:
+    if activation == "tanh":
+        return 1.0 - np.tanh(z) ** 2
+    if activation == "relu":
+        return (z > 0).astype(np.float64)
+    return np.ones_like(z)
+
+
+def _standardized(z, axis=-1, eps=EPS):
+    mean = z.mean(axis=axis, keepdims=True)
+    var = ((z - mean) ** 2).mean(axis=axis, keepdims=True)
+    return (z - mean) / np.sqrt(var + eps)
+
+
+def random_weights(rng, depth, width, gain):
+    """(depth, width, width) weights with entries N(0, gain**2 / width): per-layer gain ~ gain."""
+    return rng.normal(0.0, gain / np.sqrt(width), size=(depth, width, width))
+
+
+# ----------------------------------------------------------------------------- oracles
+
+
+def oracle_standardize(x, axis, eps=EPS):
+    import torch
+    import torch.nn.functional as F
+
+    t = torch.movedim(torch.tensor(np.asarray(x, np.float64)), axis, -1)
+    return torch.movedim(F.layer_norm(t, (t.shape[-1],), eps=eps), -1, axis).numpy()
+
+
+def _torch_phi(activation, z):
+    import torch
+
+    return {"linear": z, "tanh": torch.tanh(z), "relu": torch.relu(z)}[activation]
+
+
+def oracle_forward_stats(x, weights, activation, normalize=False):
+    import torch
+    import torch.nn.functional as F
+
+    h = torch.tensor(x, dtype=torch.float64)
+    stds = []
+    for weight in torch.tensor(weights, dtype=torch.float64):
+        z = h @ weight
+        if normalize:
+            z = F.layer_norm(z, (z.shape[-1],), eps=EPS)
+        h = _torch_phi(activation, z)
+        stds.append(h.std(correction=0).item())
+    return np.array(stds)
+
+
+def oracle_backward(x, weights, upstream, activation):
+    import torch
+
+    h = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    layer_weights = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in weights]
+    layer_inputs = []
+    for weight in layer_weights:
+        if h.grad_fn is not None:
+            h.retain_grad()
+        layer_inputs.append(h)
+        h = _torch_phi(activation, h @ weight)
+    (h * torch.tensor(upstream, dtype=torch.float64)).sum().backward()
+    input_norms = np.array([t.grad.norm().item() for t in layer_inputs])
+    weight_norms = np.array([w.grad.norm().item() for w in layer_weights])
+    return input_norms, weight_norms
+
+
+# ----------------------------------------------------------------------------- standardize probes
+
+
+def _standardize_variant(ddof=0, eps_where="inside", centre=True, divide="std", axis_rule="given"):
+    def variant(x, axis, eps):
+        x = np.asarray(x, np.float64)
+        if axis_rule == "other":
+            if x.ndim != 2:
+                raise ValueError("the 'other axis' bug is defined for 2-D input")
+            axis = 1 - (axis % 2)
+        elif axis_rule == "last":
+            axis = -1
+        elif axis_rule == "all":
+            axis = None
+        mean = x.mean(axis=axis, keepdims=True)
+        count = x.size if axis is None else x.shape[axis]
+        var = ((x - mean) ** 2).sum(axis=axis, keepdims=True) / (count - ddof)
+        numerator = x - mean if centre else x
+        if not centre:
+            var = (x**2).mean(axis=axis, keepdims=True)
+        if divide == "var":
+            return numerator / (var + eps)
+        if eps_where == "outside":
+            return numerator / (np.sqrt(var) + eps)
+        if eps_where == "none":
+            return numerator / np.sqrt(var)
+        return numerator / np.sqrt(var + eps)
+
+    return variant
+
+
+def _standardize_without_keepdims(x, axis, eps):
+    x = np.asarray(x, np.float64)
+    if x.ndim != 2 or x.shape[0] != x.shape[1] or axis % 2 != 1:
+        raise ValueError("only a square input broadcasts silently")
+    # statistics of shape (N,): row j's mean and variance land on column j
+    return (x - x.mean(axis=axis)) / np.sqrt(x.var(axis=axis) + eps)
+
+
+STANDARDIZE_PROBES = [
+    Probe(
+        "unbiased variance",
+        "This matches the unbiased variance (dividing by n - 1, ddof=1). Standardizing divides by "
+        "the population standard deviation of the values it normalizes: divide by n (np.var's "
+        "default, ddof=0), so that the result has variance exactly 1 (up to eps).",
+        _standardize_variant(ddof=1),
+    ),
+    Probe(
+        "eps outside the root",
+        "This matches (x - mean) / (sqrt(var) + eps). Put eps inside the root, sqrt(var + eps): "
+        "it is a floor under the variance, and it is the form PyTorch's norms use.",
+        _standardize_variant(eps_where="outside"),
+    ),
+    Probe(
+        "no eps",
+        "This matches dividing by sqrt(var) with no eps: a constant slice gives 0/0 = NaN. "
+        "Add eps inside the root: sqrt(var + eps).",
+        _standardize_variant(eps_where="none"),
+    ),
+    Probe(
+        "divided by the variance",
+        "This matches dividing by var + eps, not by its square root. Dividing by the variance "
+        "leaves a result whose standard deviation is 1/std, not 1.",
+        _standardize_variant(divide="var"),
+    ),
+    Probe(
+        "mean not subtracted",
+        "This matches x / sqrt(mean(x**2) + eps): the mean was never subtracted. Standardizing "
+        "centres first (x - mean), then divides by the standard deviation.",
+        _standardize_variant(centre=False),
+    ),
+    Probe(
+        "axis ignored",
+        "This matches statistics always taken over the last axis: pass `axis` on to mean and var "
+        "(x.mean(axis=axis, keepdims=True)).",
+        _standardize_variant(axis_rule="last"),
+    ),
+    Probe(
+        "wrong axis",
+        "This matches statistics taken over the other axis. `axis` names the axis the mean and the "
+        "variance run over: axis=-1 gives one mean per row (per example), axis=0 one mean per "
+        "column (per feature).",
+        _standardize_variant(axis_rule="other"),
+    ),
+    Probe(
+        "statistics over the whole array",
+        "This matches one mean and one variance for the whole array (no axis given to mean/var). "
+        "Pass axis=axis, keepdims=True so that every slice along the other axes gets its own.",
+        _standardize_variant(axis_rule="all"),
+    ),
+    Probe(
+        "statistics without keepdims",
+        "This matches statistics of shape (N,) broadcast along the wrong axis: with a square "
+        "input x - mean subtracts row j's mean from column j without any error. Use "
+        "keepdims=True.",
+        _standardize_without_keepdims,
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- forward probes
+
+
+def _statistic(kind: str, h: np.ndarray) -> float:
+    if kind == "ddof1":
+        return float(h.std(ddof=1))
+    if kind == "rows":
+        return float(h.std(axis=-1).mean())
+    if kind == "columns":
+        return float(h.std(axis=0).mean())
+    if kind == "rms":
+        return float(np.sqrt((h**2).mean()))
+    if kind == "var":
+        return float(h.var())
+    return float(h.std())
+
+
+def _forward_variant(
+    statistic="std",
+    measure="after",
+    transpose=False,
+    skip_activation=False,
+    shift=False,
+    reverse=False,
+    norm="before",
+    norm_axis=-1,
+):
+    def stats(x, weights, activation, normalize=False):
+        phi = _phi("linear" if skip_activation else activation)
+        h = np.asarray(x, np.float64)
+        values = [_statistic(statistic, h)] if shift else []
+        for weight in np.asarray(weights, np.float64):
+            z = h @ (weight.T if transpose else weight)
+            if normalize and norm == "before":
+                z = _standardized(z, norm_axis)
+            h = phi(z)
+            if normalize and norm == "after":
+                h = _standardized(h, norm_axis)
+            values.append(_statistic(statistic, z if measure == "before" else h))
+        values = values[:-1] if shift else values
+        return np.array(values[::-1] if reverse else values)
+
+    return stats
+
+
+FORWARD_PROBES = [
+    Probe(
+        "unbiased std",
+        "This matches the standard deviation with ddof=1. Report the population standard "
+        "deviation of all B*d activations of the layer: h.std() (ddof=0).",
+        _forward_variant(statistic="ddof1"),
+    ),
+    Probe(
+        "std per example, averaged",
+        "This matches the average of each example's own std (std over axis=-1, then the mean). "
+        "The layer's std is taken over ALL its B*d activations at once: h.std().",
+        _forward_variant(statistic="rows"),
+    ),
+    Probe(
+        "std per feature, averaged",
+        "This matches the average of each feature's std over the batch (std over axis=0, then "
+        "the mean). The layer's std is taken over ALL its B*d activations at once: h.std().",
+        _forward_variant(statistic="columns"),
+    ),
+    Probe(
+        "root mean square",
+        "This matches sqrt(mean(h**2)), which does not subtract the mean. ReLU outputs are all "
+        ">= 0, so their mean is far from 0: use the standard deviation, h.std().",
+        _forward_variant(statistic="rms"),
+    ),
+    Probe(
+        "variance",
+        "This matches the variance of each layer's activations. Report the standard deviation "
+        "(its square root): the chapter's per-layer factor is a factor on the std.",
+        _forward_variant(statistic="var"),
+    ),
+    Probe(
+        "measured before the activation",
+        "This matches the std of the pre-activations z_l = h_{l-1} @ W_l. Measure h_l = phi(z_l), "
+        "the layer's output after the nonlinearity.",
+        _forward_variant(measure="before"),
+    ),
+    Probe(
+        "activation never applied",
+        "This matches a network with no nonlinearity: apply phi (tanh or ReLU) to every layer's "
+        "z before it feeds the next layer.",
+        _forward_variant(skip_activation=True),
+    ),
+    Probe(
+        "weights transposed",
+        "This matches h @ W.T. The lab's convention is z_l = h_{l-1} @ weights[l-1] "
+        "(rows are examples, W maps d_in -> d_out as (d_in, d_out)).",
+        _forward_variant(transpose=True),
+    ),
+    Probe(
+        "input included, last layer missing",
+        "This matches [std(x), std(h_1), ..., std(h_{L-1})]: one layer too early. Entry l-1 is "
+        "the std of h_l, the OUTPUT of layer l, so the last entry is the network's output.",
+        _forward_variant(shift=True),
+    ),
+    Probe(
+        "layers in reverse order",
+        "This matches the stds in reverse order. Entry 0 is layer 1 (next to the input), the "
+        "last entry is layer L.",
+        _forward_variant(reverse=True),
+    ),
+    Probe(
+        "normalize ignored",
+        "With normalize=True every layer's z must be standardized (over its features, axis=-1, "
+        "with standardize) before the activation; this matches the network without it.",
+        lambda x, weights, activation, normalize=False: _forward_variant()(
+            x, weights, activation, False
+        ),
+    ),
+    Probe(
+        "normalized after the activation",
+        "This matches standardizing h = phi(z) instead of z. The lab normalizes the "
+        "pre-activation: z = standardize(h @ W, axis=-1), then h = phi(z).",
+        _forward_variant(norm="after"),
+    ),
+    Probe(
+        "normalized over the batch",
+        "This matches standardizing z over the batch (axis=0, BatchNorm's axis). The lab's norm "
+        "standardizes each example over its features: axis=-1.",
+        _forward_variant(norm_axis=0),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- backward probes
+
+
+def _backward_variant(
+    skip_derivative=False,
+    derivative_at_z=False,
+    use_weight=False,
+    shift=False,
+    reverse=False,
+    squared=False,
+    weight_grad_from_output=False,
+    weight_grad_before_derivative=False,
+):
+    def norm(a):
+        value = float((a**2).sum())
+        return value if squared else float(np.sqrt(value))
+
+    def grads(x, weights, upstream, activation):
+        weights = np.asarray(weights, np.float64)
+        hs, zs = [np.asarray(x, np.float64)], []
+        for weight in weights:
+            zs.append(hs[-1] @ weight)
+            hs.append(_phi(activation)(zs[-1]))
+        delta_h = np.asarray(upstream, np.float64)
+        input_norms, output_norms, weight_norms = [], [], []
+        for layer in reversed(range(len(weights))):
+            output_norms.append(norm(delta_h))
+            if skip_derivative:
+                derivative = 1.0
+            elif derivative_at_z and activation == "tanh":
+                derivative = 1.0 - zs[layer] ** 2
+            else:
+                derivative = _phi_derivative(activation, zs[layer])
+            delta_z = delta_h * derivative
+            source = hs[layer + 1] if weight_grad_from_output else hs[layer]
+            weight_grad = source.T @ (delta_h if weight_grad_before_derivative else delta_z)
+            weight_norms.append(norm(weight_grad))
+            delta_h = delta_z @ (weights[layer] if use_weight else weights[layer].T)
+            input_norms.append(norm(delta_h))
+        first = output_norms if shift else input_norms
+        order = slice(None) if reverse else slice(None, None, -1)
+        return np.array(first[order]), np.array(weight_norms[order])
+
+    return grads
+
+
+BACKWARD_PROBES = [
+    Probe(
+        "activation derivative forgotten",
+        "This matches a backward pass without phi'(z): through h = phi(z) the gradient is "
+        "dz = dh * phi'(z) (tanh: 1 - tanh(z)**2; ReLU: 1 where z > 0, else 0) before it meets "
+        "the weights.",
+        _backward_variant(skip_derivative=True),
+    ),
+    Probe(
+        "tanh derivative at the wrong point",
+        "This matches tanh'(z) computed as 1 - z**2. The derivative is 1 - tanh(z)**2 "
+        "(= 1 - h**2, using the layer's output h).",
+        _backward_variant(derivative_at_z=True),
+    ),
+    Probe(
+        "multiplied by W instead of W.T",
+        "This matches dh_{l-1} = dz_l @ W_l. Since z = h @ W, the gradient flows back through "
+        "the transpose: dh_{l-1} = dz_l @ W_l.T (with square W both run, only one is right).",
+        _backward_variant(use_weight=True),
+    ),
+    Probe(
+        "gradient at the layer's output",
+        "The first array matches ||dL/dh_l||, the gradient at each layer's OUTPUT (its last "
+        "entry is ||upstream||). Entry l-1 should be ||dL/dh_{l-1}||, the gradient at layer l's "
+        "INPUT (its first entry is the gradient with respect to x).",
+        _backward_variant(shift=True),
+    ),
+    Probe(
+        "layers in backward order",
+        "This matches the norms in the order the backward pass visits the layers (L first). "
+        "Return them in layer order: entry 0 is layer 1, next to the input.",
+        _backward_variant(reverse=True),
+    ),
+    Probe(
+        "squared norms",
+        "This matches the squared norm (sum of squares). Take the square root: the Frobenius "
+        "norm, np.linalg.norm(g) or np.sqrt((g**2).sum()).",
+        _backward_variant(squared=True),
+    ),
+    Probe(
+        "weight gradient from the layer's output",
+        "This matches dW_l = h_l.T @ dz_l. W_l multiplies the layer's INPUT, so "
+        "dW_l = h_{l-1}.T @ dz_l.",
+        _backward_variant(weight_grad_from_output=True),
+    ),
+    Probe(
+        "weight gradient before the activation derivative",
+        "This matches dW_l = h_{l-1}.T @ dh_l. W_l produces z_l, not h_l: use "
+        "dz_l = dh_l * phi'(z_l), so dW_l = h_{l-1}.T @ dz_l.",
+        _backward_variant(weight_grad_before_derivative=True),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- standardize checks
+
+
+def _standardize_case(sub, x, axis, what, tol=F64, dtype=None):
+    expect_array(
+        sub.call("standardize", x, axis=axis, eps=EPS),
+        oracle_standardize(x, axis),
+        what=f"standardize, {what}",
+        candidates=evaluate(STANDARDIZE_PROBES, x, axis, EPS),
+        dtype=dtype,
+        **tol,
+    )
+
+
+def rows_with_varied_scale(rng, shape, axis=-1):
+    """Random values whose slices along ``axis`` get scales 0.05..20 and offsets -5..5."""
+    moved = list(shape)
+    moved.append(moved.pop(axis))
+    n_slices = int(np.prod(moved[:-1]))
+    scales = np.geomspace(0.05, 20, n_slices).reshape(moved[:-1] + [1])
+    offsets = rng.uniform(-5, 5, size=moved[:-1] + [1])
+    values = rng.normal(size=moved) * scales + offsets
+    return np.moveaxis(values, -1, axis)
+
+
+@LAB.check("standardize over the last axis matches torch", points=2, uses=["standardize"])
+def standardize_last_axis(sub):
+    rng = np.random.default_rng(100)
+    for shape in [(6, 6), (5, 9), (1, 12)]:  # square first: exposes missing keepdims
+        x = rows_with_varied_scale(rng, shape)
+        _standardize_case(sub, x, -1, f"x of shape {shape}, axis=-1")
+
+
+@LAB.check(
+    "standardize over axis 0 and over the middle of a 3-D input", points=1, uses=["standardize"]
+)
+def standardize_other_axes(sub):
+    rng = np.random.default_rng(101)
+    x = rows_with_varied_scale(rng, (9, 4), axis=0)
+    _standardize_case(sub, x, 0, "x of shape (9, 4), axis=0")
+    x = rows_with_varied_scale(rng, (2, 7, 3), axis=1)
+    _standardize_case(sub, x, 1, "x of shape (2, 7, 3), axis=1")
+
+
+@LAB.check("standardize stays finite as the variance goes to 0", points=1, uses=["standardize"])
+def standardize_small_variance(sub):
+    rng = np.random.default_rng(102)
+    x = np.empty((4, 8))
+    x[0] = 2.5  # a constant row: variance exactly 0
+    x[1] = 1.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
+    x[2] = 3e-3 * rng.normal(size=8)  # variance ~1e-5, comparable with eps
+    x[3] = rng.normal(size=8)
+    _standardize_case(sub, x, -1, "rows with variance 0, 1e-8 and 1e-5")
+
+
+@LAB.check("standardize keeps float32 and gives mean 0, variance 1", points=1, uses=["standardize"])
+def standardize_float32_invariants(sub):
+    rng = np.random.default_rng(103)
+    x = (rng.normal(size=(16, 32)) * 4 + 3).astype(np.float32)
+    _standardize_case(sub, x, -1, "float32 x of shape (16, 32)", tol=F32, dtype=np.float32)
+    out = sub.call("standardize", x.astype(np.float64), axis=0, eps=EPS).items[0]
+    y = np.asarray(out.array, np.float64)
+    if y.shape != x.shape or np.abs(y.mean(axis=0)).max() > 1e-9:
+        raise CheckFailed("standardize(x, axis=0): every column should have mean 0")
+    if np.abs(y.var(axis=0) - 1).max() > 1e-5:
+        raise CheckFailed("standardize(x, axis=0): every column should have variance ~1")
+
+
+# ----------------------------------------------------------------------------- forward checks
+
+
+def _forward_case(sub, x, weights, activation, what, normalize=False, hint=""):
+    expect_array(
+        sub.call("mlp_forward_stats", x, weights, activation, normalize=normalize),
+        oracle_forward_stats(x, weights, activation, normalize),
+        what=f"mlp_forward_stats, {what}",
+        candidates=evaluate(FORWARD_PROBES, x, weights, activation, normalize),
+        hint=hint,
+        **F64,
+    )
+
+
+@LAB.check(
+    "forward stds match torch for linear, tanh and ReLU layers",
+    points=2,
+    uses=["mlp_forward_stats"],
+)
+def forward_stats_random(sub):
+    rng = np.random.default_rng(110)
+    for activation, gain in [("tanh", 1.3), ("relu", 1.1), ("linear", 0.8)]:
+        x = rng.normal(size=(6, 8)) + 0.5
+        weights = random_weights(rng, 5, 8, gain)
+        _forward_case(sub, x, weights, activation, f"{activation}, 5 layers, x of shape (6, 8)")
+
+
+@LAB.check(
+    "forward stds of a 20-layer net with gain 1.5 and 0.9",
+    points=1,
+    uses=["mlp_forward_stats"],
+)
+def forward_stats_deep(sub):
+    rng = np.random.default_rng(111)
+    for activation, gain in [("linear", 1.5), ("tanh", 0.9), ("relu", 0.9)]:
+        x = rng.normal(size=(10, 16))
+        weights = random_weights(rng, 20, 16, gain)
+        _forward_case(
+            sub, x, weights, activation, f"{activation}, 20 layers, gain {gain}, width 16"
+        )
+
+
+@LAB.check(
+    "forward stds of a single layer and of a batch of one",
+    points=1,
+    uses=["mlp_forward_stats"],
+)
+def forward_stats_edges(sub):
+    rng = np.random.default_rng(112)
+    x = rng.normal(size=(7, 5))
+    _forward_case(sub, x, random_weights(rng, 1, 5, 1.2), "tanh", "a single tanh layer")
+    x = rng.normal(size=(1, 9))
+    _forward_case(sub, x, random_weights(rng, 4, 9, 1.4), "relu", "batch of one, 4 ReLU layers")
+
+
+@LAB.check(
+    "forward stds with standardize after every layer",
+    points=2,
+    uses=["mlp_forward_stats"],
+)
+def forward_stats_normalized(sub):
+    rng = np.random.default_rng(113)
+    for activation, gain, shape in [
+        ("tanh", 1.5, (8, 8)),
+        ("relu", 0.9, (6, 10)),
+        ("linear", 1.2, (5, 7)),
+    ]:
+        x = rng.normal(size=shape) * 3 + 1
+        weights = random_weights(rng, 6, shape[1], gain)
+        _forward_case(
+            sub,
+            x,
+            weights,
+            activation,
+            f"{activation}, normalize=True, x of shape {shape}",
+            normalize=True,
+            hint="With normalize=True: z = standardize(h @ W, axis=-1) (eps=1e-5), then "
+            "h = phi(z). If this check fails but the others pass, check standardize first.",
+        )
+
+
+# ----------------------------------------------------------------------------- backward checks
+
+
+def _backward_case(sub, x, weights, upstream, activation, what, indices):
+    out = sub.call("mlp_backward_grad_norms", x, weights, upstream, activation)
+    expected = oracle_backward(x, weights, upstream, activation)
+    candidates = evaluate(BACKWARD_PROBES, x, weights, upstream, activation)
+    names = ("input_grad_norms", "weight_grad_norms")
+    for index in indices:
+        expect_array(
+            out,
+            expected[index],
+            what=f"mlp_backward_grad_norms {names[index]}, {what}",
+            index=index,
+            count=2,
+            candidates=candidates,
+            **F64,
+        )
+
+
+@LAB.check(
+    "backward: gradient norms at each layer's input match autograd",
+    points=2,
+    uses=["mlp_backward_grad_norms"],
+)
+def backward_input_norms(sub):
+    rng = np.random.default_rng(120)
+    for activation, gain in [("tanh", 1.4), ("relu", 1.2), ("linear", 0.9)]:
+        x = rng.normal(size=(6, 8))
+        weights = random_weights(rng, 5, 8, gain)
+        upstream = rng.normal(size=(6, 8))
+        _backward_case(sub, x, weights, upstream, activation, f"{activation}, 5 layers", [0])
+
+
+@LAB.check(
+    "backward: weight-gradient norms match autograd",
+    points=1,
+    uses=["mlp_backward_grad_norms"],
+)
+def backward_weight_norms(sub):
+    rng = np.random.default_rng(121)
+    for activation, gain in [("tanh", 1.4), ("relu", 1.2), ("linear", 0.9)]:
+        x = rng.normal(size=(6, 8))
+        weights = random_weights(rng, 5, 8, gain)
+        upstream = rng.normal(size=(6, 8))
+        _backward_case(sub, x, weights, upstream, activation, f"{activation}, 5 layers", [1])
+
+
+@LAB.check(
+    "backward: a 20-layer net and a single layer",
+    points=1,
+    uses=["mlp_backward_grad_norms"],
+)
+def backward_deep_and_single(sub):
+    rng = np.random.default_rng(122)
+    x = rng.normal(size=(10, 16))
+    weights = random_weights(rng, 20, 16, 1.5)
+    upstream = rng.normal(size=(10, 16))
+    _backward_case(sub, x, weights, upstream, "tanh", "tanh, 20 layers, gain 1.5", [0, 1])
+    x = rng.normal(size=(4, 6))
+    upstream = rng.normal(size=(4, 6))
+    weights = random_weights(rng, 1, 6, 1.0)
+    _backward_case(sub, x, weights, upstream, "relu", "a single ReLU layer", [0, 1])
+
+
+# ----------------------------------------------------------------------------- practice problems
+
+
+def _letter(expected: str):
+    def accepted(answer) -> bool:
+        return isinstance(answer, str) and answer.strip().strip("()").lower() == expected
+
+    return accepted
+
+
+@LAB.check(
+    "problem 1: the gradient reaching the input of a deep linear net (multiple choice)",
+    points=1,
+    uses=["BACKWARD_ANSWER"],
+)
+def problem_backward_answer(sub):
+    expect_value(
+        sub.get("BACKWARD_ANSWER"),
+        _letter("b"),
+        what="BACKWARD_ANSWER",
+        hint="The backward pass of z = h @ W multiplies the gradient by W.T at every layer; what "
+        "is the gain of W.T when W has entries N(0, g**2 / d)?",
+    )
+
+
+@LAB.check(
+    "problem 1: weight gradients across the layers (multiple choice)",
+    points=1,
+    uses=["WEIGHT_GRAD_ANSWER"],
+)
+def problem_weight_grad_answer(sub):
+    expect_value(
+        sub.get("WEIGHT_GRAD_ANSWER"),
+        _letter("c"),
+        what="WEIGHT_GRAD_ANSWER",
+        hint="dW_l = h_{l-1}.T @ dz_l: multiply the size of the activation entering layer l by "
+        "the size of the gradient leaving it, and count the factors of g in each.",
+    )
+
+
+def _init_probes(fan_in, activation):
+    double = 2.0 if activation == "relu" else 1.0
+    return [
+        Probe(
+            "variance instead of std",
+            "This is the VARIANCE of the weights (e.g. 2 / fan_in). The function returns their "
+            "standard deviation: take the square root.",
+            lambda: double / fan_in,
+        ),
+        Probe(
+            "ReLU factor 2 missing",
+            "ReLU zeroes half of its inputs, so E[relu(z)**2] = Var(z) / 2: the weights must make "
+            "up a factor 2 in variance, std = sqrt(2 / fan_in) (He et al. 2015, §2.2).",
+            lambda: 1.0 / np.sqrt(fan_in),
+        ),
+        Probe(
+            "factor 2 for a linear layer",
+            "The factor 2 is ReLU's: a linear layer keeps all of z, so Var(z) = fan_in * "
+            "Var(w) * E[h**2] and std = 1 / sqrt(fan_in).",
+            lambda: np.sqrt(2.0 / fan_in),
+        ),
+        Probe(
+            "grows with the fan-in",
+            "The weights must get SMALLER as the fan-in grows: z sums fan_in terms, so its "
+            "variance is fan_in * Var(w) * E[h**2]; solve fan_in * Var(w) * c = 1.",
+            lambda: np.sqrt(double * fan_in),
+        ),
+    ]
+
+
+@LAB.check(
+    "problem 2: init_std keeps the activation scale constant",
+    points=1,
+    uses=["init_std"],
+)
+def problem_init_std(sub):
+    for fan_in, activation in [(256, "relu"), (256, "linear"), (1000, "relu"), (64, "linear")]:
+        expected = np.sqrt((2.0 if activation == "relu" else 1.0) / fan_in)
+        candidates = [(p, p.compute()) for p in _init_probes(fan_in, activation)]
+        expect_array(
+            sub.call("init_std", fan_in, activation),
+            np.asarray(expected),
+            what=f"init_std({fan_in}, {activation!r})",
+            candidates=candidates,
+            kinds=("scalar", "ndarray"),
+            hint="Var(z) = fan_in * Var(w) * E[h**2]; pick Var(w) so the scale is kept.",
+            **F64,
+        )
+
+
+def oracle_scale_with_train_stats(train, test, eps=EPS):
+    import torch
+
+    train_t = torch.tensor(train, dtype=torch.float64)
+    mean = train_t.mean(dim=0)
+    var = train_t.var(dim=0, correction=0)
+    return ((torch.tensor(test, dtype=torch.float64) - mean) / torch.sqrt(var + eps)).numpy()
+
+
+def _feature_scaling_variant(stats_from="train", ddof=0):
+    def variant(train, test, eps):
+        source = {"train": train, "test": test, "both": np.concatenate([train, test])}[stats_from]
+        mean = source.mean(axis=0)
+        var = source.var(axis=0, ddof=ddof)
+        return (test - mean) / np.sqrt(var + eps)
+
+    return variant
+
+
+FEATURE_SCALING_PROBES = [
+    Probe(
+        "test statistics",
+        "This matches scaling the test set with its OWN mean and std. Data normalization is "
+        "fitted once, on the training set, and then applied unchanged to new data — the test "
+        "set plays the role of data you have not seen.",
+        _feature_scaling_variant("test"),
+    ),
+    Probe(
+        "train and test pooled",
+        "This matches statistics of the training and test sets pooled together: that leaks the "
+        "test set into preprocessing. Use the training set's mean and std only.",
+        _feature_scaling_variant("both"),
+    ),
+    Probe(
+        "unbiased variance of the training set",
+        "This matches the unbiased variance (ddof=1). Use the population variance of the "
+        "training set (ddof=0), as standardize does.",
+        _feature_scaling_variant(ddof=1),
+    ),
+    Probe(
+        "per example",
+        "This matches statistics over each example's features (axis=-1). Feature scaling "
+        "gives each FEATURE (column) its own mean and std, taken over the examples (axis=0).",
+        lambda train, test, eps: _standardized(test, -1, eps),
+    ),
+]
+
+
+@LAB.check(
+    "problem 3: scale_with_train_stats uses the training statistics",
+    points=2,
+    uses=["scale_with_train_stats"],
+)
+def problem_feature_scaling(sub):
+    rng = np.random.default_rng(130)
+    scales = np.array([1.0, 1000.0, 0.01, 5.0])
+    offsets = np.array([0.0, 5000.0, -0.2, 3.0])
+    train = rng.normal(size=(40, 4)) * scales + offsets
+    test = rng.normal(size=(4, 4)) * scales + offsets + scales * 0.7  # shifted, square
+    expect_array(
+        sub.call("scale_with_train_stats", train, test, eps=EPS),
+        oracle_scale_with_train_stats(train, test),
+        what="scale_with_train_stats, train (40, 4), test (4, 4)",
+        candidates=evaluate(FEATURE_SCALING_PROBES, train, test, EPS),
+        **F64,
+    )
+
+
+@LAB.check(
+    "problem 4: internal covariate shift and what followed (multiple choice)",
+    points=1,
+    uses=["ICS_ANSWER"],
+)
+def problem_ics_answer(sub):
+    expect_value(
+        sub.get("ICS_ANSWER"),
+        _letter("c"),
+        what="ICS_ANSWER",
+        hint="Re-read what Santurkar et al. (2018, §2.1) did to the BatchNorm layers' outputs, "
+        "and what happened to training.",
+    )
