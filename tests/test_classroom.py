@@ -1,0 +1,256 @@
+"""Grading a class: student ids from LMS layouts, gradebook and feedback, idempotent, resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from corpus import FULL, LAB, SOLUTION
+
+from normlab.grader.grade import find_submissions, student_of
+
+
+@pytest.mark.parametrize(
+    "relative, student",
+    [
+        ("alice/03_layernorm.ipynb", "alice"),
+        (
+            "Alice Smith_1234_assignsubmission_file_/notebooks/03_layernorm.ipynb",
+            "Alice Smith_1234_assignsubmission_file_",
+        ),
+        ("03_layernorm_bob.ipynb", "bob"),
+        ("carol_03_layernorm.ipynb", "carol"),
+        ("dan-03_layernorm (1).ipynb", "dan"),
+        ("smithe_12345_678_03_LayerNorm.ipynb", "smithe_12345_678"),
+    ],
+)
+def test_student_ids_from_documented_layouts(tmp_path, relative, student):
+    path = tmp_path / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+    (entry,) = find_submissions([str(tmp_path)])
+    assert entry.student == student
+
+
+def test_a_lone_notebook_is_its_own_student():
+    assert student_of(Path("03_layernorm.ipynb"), None) == "03_layernorm"
+
+
+def _buggy(path: Path, old: str, new: str) -> None:
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    for cell in notebook.cells:
+        cell.source = cell.source.replace(old, new)
+    nbformat.write(notebook, path)
+
+
+BUGS = [
+    ("centred / np.sqrt(var + eps)", "centred / (np.sqrt(var) + eps)"),
+    (
+        "(centred**2).mean(axis=-1, keepdims=True)  # population",
+        "(centred**2).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1)  #",
+    ),
+    ("return gamma * x_hat + beta", "return x_hat"),
+    ("dx = inv_std * (g - mean_term - variance_term)", "dx = inv_std * (g - mean_term)"),
+    ('D1_ANSWER = "b"', 'D1_ANSWER = "a"'),
+]
+HOSTILE = {
+    "looper": "while True:\n    pass",
+    "exiter": "import os\nos._exit(3)",
+    "liar": "print('score: 13/13')",
+}
+
+
+@pytest.fixture(scope="module")
+def class_of_30(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """30 students: 15 correct, 10 with one bug each, 2 fresh labs, 3 hostile."""
+    root = tmp_path_factory.mktemp("class30") / "submissions"
+    expected = {}
+    for i in range(15):
+        folder = root / f"student{i:02d}"
+        folder.mkdir(parents=True)
+        shutil.copy(SOLUTION, folder / "03_layernorm.ipynb")
+        expected[f"student{i:02d}"] = FULL
+    # What each bug must lose, reasoned from the checks' inputs:
+    # eps outside the root: random (2), 3-D with 0.01-scale rows (1), variance 1e-8 (1) = 4;
+    # d - 1 in the variance: every forward check (7; d = 1 even divides by zero);
+    # no affine step: every forward check but the gamma = 1, beta = 0 invariants (6);
+    # dx without the variance term: dx (2) and the 3-D backward check (1) = 3; wrong letter: 1.
+    bug_scores = [FULL - 4, FULL - 7, FULL - 6, FULL - 3, FULL - 1]
+    for i in range(10):
+        name = f"student{15 + i:02d}"
+        (root / name).mkdir()
+        old, new = BUGS[i % len(BUGS)]
+        _buggy(root / name / "03_layernorm.ipynb", old, new)
+        expected[name] = bug_scores[i % len(BUGS)]
+    for i in range(2):
+        name = f"student{25 + i:02d}"
+        (root / name).mkdir()
+        shutil.copy(LAB, root / name / "03_layernorm.ipynb")
+        expected[name] = 0
+    for i, (kind, source) in enumerate(HOSTILE.items()):
+        name = f"student{27 + i:02d}"
+        (root / name).mkdir()
+        notebook = nbformat.read(SOLUTION, as_version=4)
+        notebook.cells.append(nbformat.v4.new_code_cell(source))
+        nbformat.write(notebook, root / name / "03_layernorm.ipynb")
+        expected[name] = 0 if kind == "exiter" else FULL
+    return root, expected
+
+
+def grade_class(root: Path, out: Path, *extra) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "normlab.cli",
+        "grade",
+        str(root),
+        "--csv",
+        str(out / "grades.csv"),
+        "--feedback",
+        str(out / "feedback"),
+        "--json",
+        "--jobs",
+        "2",
+        "--timeout",
+        "20",
+        *extra,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_class_grades_exactly_and_identically_twice(class_of_30, tmp_path):
+    root, expected = class_of_30
+    first = grade_class(root, tmp_path / "a", "--force")
+    assert first.returncode == 0, first.stderr
+    scores = {s["student"]: s["score"] for s in json.loads(first.stdout)["submissions"]}
+    assert scores == expected
+    again = grade_class(root, tmp_path / "b", "--force")
+    assert again.stdout == first.stdout
+    produced_a = {k: v for k, v in snapshot(tmp_path / "a").items() if not k.endswith("cache.json")}
+    produced_b = {k: v for k, v in snapshot(tmp_path / "b").items() if not k.endswith("cache.json")}
+    assert produced_a == produced_b
+    assert len([k for k in produced_a if k.endswith(".md")]) == 30
+    feedback = (tmp_path / "a" / "feedback" / "student15" / "03_layernorm.md").read_text()
+    assert "Put eps inside the root" in feedback and f"Score: {FULL - 4} / {FULL}" in feedback
+
+
+def test_interrupted_run_resumes_without_regrading(class_of_30, tmp_path):
+    root, expected = class_of_30
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "normlab.cli",
+        "grade",
+        str(root),
+        "--csv",
+        str(out / "grades.csv"),
+        "--jobs",
+        "2",
+        "--timeout",
+        "20",
+        "--quiet",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    cache = out / "grades.csv.cache.json"
+    deadline = time.monotonic() + 300
+    done_before = 0
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if cache.exists():
+            done_before = len(json.loads(cache.read_text())["results"])
+            if done_before >= 8:
+                break
+    os.killpg(process.pid, signal.SIGKILL)  # as abrupt as it gets: no chance to clean up
+    process.wait()
+    assert 8 <= done_before < 30
+    assert not (out / "grades.csv").exists()  # nothing half-written
+
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0
+    reused = int(resumed.stderr.split("reused ")[1].split()[0])
+    assert reused >= done_before
+    rows = (out / "grades.csv").read_text().splitlines()[1:]
+    assert {row.split(",")[0]: int(row.split(",")[2]) for row in rows} == expected
+
+
+def test_late_submissions_only_are_graded(class_of_30, tmp_path):
+    root, expected = class_of_30
+    class_copy = tmp_path / "class"
+    shutil.copytree(root, class_copy)
+    out = tmp_path / "out"
+    first = grade_class(class_copy, out)
+    assert first.returncode == 0
+    for name in ("late1", "late2", "late3"):
+        (class_copy / name).mkdir()
+        shutil.copy(SOLUTION, class_copy / name / "03_layernorm.ipynb")
+    second = grade_class(class_copy, out)
+    assert "graded 3 notebook(s), reused 30" in second.stderr
+
+
+def test_extra_checks_count_and_show_by_name_only(tmp_path):
+    extra = tmp_path / "hidden_checks.py"
+    extra.write_text(
+        "import numpy as np\n"
+        "from normlab.grader.core import CheckFailed\n"
+        "from normlab.grader.registry import get_lab\n\n"
+        "@get_lab('03_layernorm').check('hidden: wide rows', points=2, uses=['layernorm_forward'])\n"
+        "def wide_rows(sub):\n"
+        "    SECRET_SOURCE_MARKER = 1\n"
+        "    y = sub.call('layernorm_forward', np.ones((2, 4096)) * np.arange(4096), np.ones(4096), np.zeros(4096)).items[0].array\n"
+        "    if not np.allclose(y.mean(-1), 0, atol=1e-9):\n"
+        "        raise CheckFailed('rows of 4096 features should have mean 0')\n"
+    )
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "normlab.cli",
+        "grade",
+        str(SOLUTION),
+        str(LAB),
+        "--json",
+        "--extra-checks",
+        str(extra),
+        "--feedback",
+        str(out),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    solution, lab = json.loads(done.stdout)["submissions"]
+    assert (solution["score"], solution["max_score"]) == (FULL + 2, FULL + 2)
+    assert lab["checks"][-1]["name"] == "hidden: wide rows" and not lab["checks"][-1]["passed"]
+    for page in out.rglob("*.*"):
+        assert "SECRET_SOURCE_MARKER" not in page.read_text()
+
+
+def test_bad_extra_checks_path_is_a_usage_error(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "normlab.cli",
+            "grade",
+            str(SOLUTION),
+            "--extra-checks",
+            str(tmp_path / "none.py"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "no such file" in done.stderr
