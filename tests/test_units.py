@@ -124,3 +124,24 @@ def test_metadata_wins_over_the_file_name():
         lab_for_path(Path("notes.ipynb"), {"normlab": {"lab": "03_layernorm"}}).stem
         == "03_layernorm"
     )
+
+
+def test_trap_leaves_no_residue_on_subclasses():
+    import torch
+
+    assert "forward" not in vars(torch.nn.BatchNorm1d)
+    hits = []
+    with forbidden_calls(["torch.nn.BatchNorm1d"], hits):
+        torch.nn.BatchNorm1d(3)(torch.ones(4, 3))
+    assert hits == ["torch.nn.BatchNorm1d"]
+    assert "forward" not in vars(torch.nn.BatchNorm1d)
+
+
+def test_sequences_of_scalars_cross_as_tuples():
+    from normlab.grader.core import encode_args
+    from normlab.grader.worker import decode_args
+
+    specs, names, kwarg_specs, arrays = encode_args(((0, 2),), {"axes": [1, 3]})
+    assert decode_args(specs, arrays) == [(0, 2)] and decode_args(kwarg_specs, arrays) == [(1, 3)]
+    with pytest.raises(TypeError):
+        encode_args(([np.zeros(2)],), {})

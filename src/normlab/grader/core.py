@@ -105,6 +105,10 @@ class AsTorch:
     array: np.ndarray
 
 
+def _is_json_scalar(value) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
 def encode_args(args: Sequence, kwargs: dict) -> tuple[list, list, list, list]:
     """Arguments -> (arg specs, kwarg names, kwarg specs, arrays) for the wire."""
     arrays: list[np.ndarray] = []
@@ -116,8 +120,10 @@ def encode_args(args: Sequence, kwargs: dict) -> tuple[list, list, list, list]:
         if isinstance(value, np.ndarray):
             arrays.append(value)
             return {"array": len(arrays) - 1}
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return {"value": value}
+        if _is_json_scalar(value) or (
+            isinstance(value, (list, tuple)) and all(_is_json_scalar(v) for v in value)
+        ):
+            return {"value": list(value) if isinstance(value, tuple) else value}
         raise TypeError(f"cannot send {type(value).__name__} to a submission")
 
     arg_specs = [spec(a) for a in args]

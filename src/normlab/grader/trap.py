@@ -131,7 +131,9 @@ def forbidden_calls(forbidden: list[str], hits: list[str]):
         original = getattr(owner, attribute)
         if isinstance(original, type) and hasattr(original, "forward"):
             owner, attribute = original, "forward"
-            original = original.__dict__.get("forward", original.forward)
+            original = original.forward
+        # Inherited (e.g. BatchNorm1d.forward lives on _BatchNorm): delete ours afterwards.
+        inherited = attribute not in vars(owner)
 
         def wrapper(*args, __original=original, __name=dotted, **kwargs):
             if __name not in hits:
@@ -142,9 +144,12 @@ def forbidden_calls(forbidden: list[str], hits: list[str]):
             setattr(owner, attribute, wrapper)
         except (AttributeError, TypeError):
             continue
-        restore.append((owner, attribute, original))
+        restore.append((owner, attribute, original, inherited))
     try:
         yield hits
     finally:
-        for owner, attribute, original in reversed(restore):
-            setattr(owner, attribute, original)
+        for owner, attribute, original, inherited in reversed(restore):
+            if inherited:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, original)

@@ -176,7 +176,9 @@ def decode_args(specs: list, arrays: list):
                 array = torch.from_numpy(array)
             decoded.append(array)
         else:
-            decoded.append(spec["value"])
+            value = spec["value"]
+            # Sequences travel as JSON lists; a learner's code expects axes as a tuple.
+            decoded.append(tuple(value) if isinstance(value, list) else value)
     return decoded
 
 
