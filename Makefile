@@ -10,6 +10,8 @@ PORT ?= 8888
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Open a browser only where there is a screen to show it on.
 BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+# Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help lab test test-fast labs grade lint format clean-venv
 
@@ -30,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) START_HERE.ipynb
+	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) START_HERE.ipynb
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests solutions notebooks

@@ -1,0 +1,64 @@
+"""The README's first command: `make lab` serves JupyterLab with the course start page."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import nbformat
+from conftest import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_make_lab_serves_the_start_page():
+    port = free_port()
+    process = subprocess.Popen(
+        ["make", "lab", f"PORT={port}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "DISPLAY": ""},
+    )
+    try:
+        token, log = None, []
+        deadline = time.monotonic() + 120
+        while token is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            log.append(line)
+            found = re.search(rf"http://(?:localhost|127\.0\.0\.1):{port}/lab\?token=(\w+)", line)
+            token = found and found.group(1)
+        assert token, "".join(log[-20:])
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/lab?token={token}", timeout=30
+        ) as page:
+            assert page.status == 200
+        url = f"http://127.0.0.1:{port}/api/contents/START_HERE.ipynb?token={token}"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200 and b"start here" in answer.read()
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def test_start_page_links_every_chapter_and_lab():
+    start = nbformat.read(ROOT / "START_HERE.ipynb", as_version=4)
+    text = "\n".join(cell.source for cell in start.cells)
+    for chapter in sorted((ROOT / "theory").glob("[0-9][0-9]_*.md")):
+        assert f"](theory/{chapter.name})" in text
+        assert f"](labs/{chapter.stem}.ipynb)" in text
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        assert (ROOT / target).exists(), target
