@@ -119,6 +119,20 @@ def test_forward_bug_is_caught_with_its_hint(buggy, probe):
     assert HINTS[probe] in messages(results)
 
 
+def np_var_no_keepdims(x, gamma, beta, eps=1e-5):
+    return gamma * (x - x.mean(-1)) / np.sqrt(x.var(-1) + eps) + beta
+
+
+def test_np_var_without_keepdims_is_explained_on_square_and_d1_inputs():
+    results = run(layernorm_forward=np_var_no_keepdims)
+    by_name = {r.name: r.message for r in results}
+    assert (
+        HINTS["statistics without keepdims"]
+        in by_name["forward matches torch on random (N, d) inputs"]
+    )
+    assert HINTS["statistics without keepdims"] in by_name["forward with d = 1 returns beta"]
+
+
 def test_no_keepdims_on_non_square_input_explains_broadcasting():
     results = run(layernorm_forward=no_keepdims)
     assert "keepdims=True" in messages(results)

@@ -83,12 +83,22 @@ def _stats(x, axis=-1, ddof=0):
     return mean, var
 
 
-def _square_without_keepdims(x, gamma, beta, eps):
-    if x.ndim != 2 or x.shape[0] != x.shape[1]:
-        raise ValueError("only a square input broadcasts silently")
-    mean = x.mean(axis=-1)
-    centred = x - mean  # subtracts row j's mean from column j
-    return centred / np.sqrt((centred**2).mean(axis=-1) + eps) * gamma + beta
+def _without_keepdims(var_of_centred: bool):
+    """Statistics of shape (N,) that NumPy broadcasts along the features without complaint.
+
+    That happens when the input is square (N == d) or has d = 1: x - mean then subtracts row
+    j's mean from column j (or builds an (N, N) array).
+    """
+
+    def forward(x, gamma, beta, eps):
+        if x.ndim != 2:
+            raise ValueError("a 3-D input raises instead")
+        mean = x.mean(axis=-1)
+        centred = x - mean
+        var = (centred**2).mean(axis=-1) if var_of_centred else x.var(axis=-1)
+        return centred / np.sqrt(var + eps) * gamma + beta
+
+    return forward
 
 
 def _variant(axis=-1, ddof=0, eps_where="inside", affine="normal"):
@@ -146,11 +156,15 @@ FORWARD_PROBES = [
         "This matches x_hat * beta + gamma: gamma scales, beta shifts (gamma * x_hat + beta).",
         _variant(affine="swapped"),
     ),
-    Probe(
-        "statistics without keepdims",
-        "This matches statistics of shape (N,) broadcast along the features: with a square input "
-        "x - mean subtracts row j's mean from column j without any error. Use keepdims=True.",
-        _square_without_keepdims,
+    *(
+        Probe(
+            "statistics without keepdims",
+            "This matches statistics of shape (N,) broadcast along the features: with a square "
+            "input (or d = 1) x - mean subtracts row j's mean from column j without any error. "
+            "Use keepdims=True.",
+            _without_keepdims(var_of_centred),
+        )
+        for var_of_centred in (True, False)
     ),
 ]
 
