@@ -297,3 +297,17 @@ def test_stub_reports_not_implemented_and_does_not_raise():
 
     results = run(layernorm_forward=stub)
     assert all("not implemented yet" in r.message for r in results)
+
+
+def test_two_slips_that_give_the_same_answer_are_both_named():
+    # At d = 1, dividing by d - 1 and forgetting eps both produce NaN: name both.
+    (d1,) = [
+        r for r in run(layernorm_forward=unbiased) if r.name == "forward with d = 1 returns beta"
+    ]
+    assert HINTS["no eps"] in d1.message and HINTS["unbiased variance"] in d1.message
+    assert "\nOr: " in d1.message
+
+
+def test_the_report_is_not_cluttered_by_numpy_warnings(recwarn):
+    run(layernorm_forward=no_eps)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

@@ -52,16 +52,31 @@ def _pick(target, index: int | None):
     return None
 
 
-def matching_probe(got, candidates, index, rtol, atol) -> Probe | None:
-    """The first probe whose output (item ``index``) the learner's answer matches."""
+def matching_probes(got, candidates, index, rtol, atol) -> list[Probe]:
+    """Every probe whose output (item ``index``) the learner's answer matches, in order.
+
+    Several can match one input (at d = 1, dividing by d - 1 and forgetting eps both give NaN):
+    the message then names each, so the learner is not sent after the wrong one.
+    """
+    found = []
     for probe, wrong in candidates:
         wrong = _pick(wrong, index)
-        if wrong is None:
+        if wrong is None or any(probe.hint == other.hint for other in found):
             continue
         wrong = np.asarray(wrong, dtype=np.float64)
         if _close(got.astype(np.float64), wrong, rtol, atol):
-            return probe
-    return None
+            found.append(probe)
+    return found
+
+
+def explain(probes: list[Probe], hint: str = "") -> str:
+    """The "why" part of a message: the matching probes' hints, or the check's general hint."""
+    if not probes:
+        return f"\nHint: {hint}" if hint else ""
+    text = f"\nWhy: {probes[0].hint}"
+    for other in probes[1:3]:
+        text += f"\nOr: {other.hint}"
+    return text
 
 
 def item_of(out: Output, index: int | None, what: str, count: int | None = None):
@@ -125,8 +140,7 @@ def expect_array(
     got = array_of(out, what, index=index, count=count, kinds=kinds)
     got64 = got.astype(np.float64)
     expected = np.asarray(expected, dtype=np.float64)
-    probe = matching_probe(got64, candidates, index, rtol, atol)
-    why = f"\nWhy: {probe.hint}" if probe else (f"\nHint: {hint}" if hint else "")
+    why = explain(matching_probes(got64, candidates, index, rtol, atol), hint)
 
     if got.shape != expected.shape:
         raise CheckFailed(
