@@ -145,3 +145,15 @@ def test_sequences_of_scalars_cross_as_tuples():
     assert decode_args(specs, arrays) == [(0, 2)] and decode_args(kwarg_specs, arrays) == [(1, 3)]
     with pytest.raises(TypeError):
         encode_args(([np.zeros(2)],), {})
+
+
+def test_sandbox_binds_back_an_interpreter_that_lives_under_tmp(monkeypatch):
+    from normlab.grader import sandbox
+
+    monkeypatch.setattr(sandbox, "interpreter_paths", lambda: ["/tmp/course/.venv", "/usr"])
+    command = sandbox.bwrap_prefix("/tmp/work", ["/home/teacher/class"])
+    text = " ".join(command)
+    assert "--tmpfs /tmp --ro-bind /tmp/course/.venv /tmp/course/.venv" in text
+    assert "--ro-bind /usr /usr" not in text  # already visible (read-only) through "/"
+    assert text.index("--tmpfs /home/teacher/class") < text.index("--bind /tmp/work /tmp/work")
+    assert command[-1] == "--" and "--unshare-net" in command

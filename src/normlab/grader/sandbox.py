@@ -65,36 +65,31 @@ def unprivileged_ids() -> tuple[int, int] | None:
     return ids if probe.returncode == 0 else None
 
 
+def interpreter_paths() -> list[str]:
+    """Folders the child's Python needs: its prefixes and every existing ``sys.path`` entry."""
+    import normlab
+
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(normlab.__file__).parents[1])}
+    paths |= {entry for entry in sys.path if entry and os.path.isdir(entry)}
+    return sorted(os.path.realpath(p) for p in paths)
+
+
 def bwrap_prefix(workdir: str, hide: list[str]) -> list[str]:
     """``bwrap`` arguments: read-only filesystem, private /tmp, no network, own PID namespace.
 
     ``hide`` lists folders (e.g. the class's submissions) replaced by empty ones, so a notebook
-    cannot read another student's file.
+    cannot read another student's file. The interpreter and the course package are bound back
+    (read-only) when they live under /tmp, as a checkout there does.
     """
-    command = [
-        "bwrap",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-    ]
+    command = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    command += ["--tmpfs", "/tmp"]
+    for path in interpreter_paths():
+        if path == "/tmp" or path.startswith("/tmp/"):
+            command += ["--ro-bind", path, path]
     for folder in hide:
         command += ["--tmpfs", folder]
-    command += [
-        "--bind",
-        workdir,
-        workdir,
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--die-with-parent",
-        "--",
-    ]
+    command += ["--bind", workdir, workdir]
+    command += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--"]
     return command
 
 
