@@ -92,3 +92,15 @@ def test_staleness_is_detected(tmp_path):
     assert build_all(tmp_path, check=True) == 1  # stale
     (tmp_path / "labs" / "42_orphan.ipynb").write_text("{}")
     assert build_all(tmp_path) == 0 and build_all(tmp_path, check=True) == 1  # orphan
+
+
+def test_one_lab_can_be_built_alone(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "labs").mkdir()
+    source = ROOT / "solutions" / "03_layernorm.ipynb"
+    (tmp_path / "solutions" / source.name).write_text(source.read_text())
+    (tmp_path / "solutions" / "04_other.ipynb").write_text(source.read_text())
+    assert build_all(tmp_path, stems=["03_layernorm"]) == 0
+    assert sorted(p.name for p in (tmp_path / "labs").iterdir()) == ["03_layernorm.ipynb"]
+    assert build_all(tmp_path, check=True, stems=["03_layernorm"]) == 0
+    assert build_all(tmp_path, stems=["99_missing"]) == 2

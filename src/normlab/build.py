@@ -144,9 +144,18 @@ def render(notebook: nbformat.NotebookNode) -> str:
     return nbformat.writes(notebook) + "\n"
 
 
-def build_all(root: Path, check: bool = False) -> int:
-    """Write (or, with ``check``, compare) every lab. Returns a process exit status."""
+def build_all(root: Path, check: bool = False, stems: list[str] | None = None) -> int:
+    """Write (or, with ``check``, compare) every lab, or only those of ``stems``.
+
+    Returns a process exit status.
+    """
     solutions = sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    if stems:
+        unknown = sorted(set(stems) - {path.stem for path in solutions})
+        if unknown:
+            print(f"normlab labs: no solutions/{unknown[0]}.ipynb", file=sys.stderr)
+            return 2
+        solutions = [path for path in solutions if path.stem in stems]
     labs_dir = root / "labs"
     expected = {}
     try:
@@ -165,7 +174,7 @@ def build_all(root: Path, check: bool = False) -> int:
             elif target.read_text(encoding="utf-8") != text:
                 problems.append(f"stale: labs/{name} differs from what solutions/{name} generates")
         for extra in sorted(labs_dir.glob("*.ipynb")):
-            if extra.name not in expected:
+            if extra.name not in expected and not stems:
                 problems.append(f"orphan: labs/{extra.name} has no solutions/{extra.name}")
         for problem in problems:
             print(problem, file=sys.stderr)

@@ -117,7 +117,7 @@ def _grade(args) -> int:
 def _labs(args) -> int:
     from normlab.build import build_all
 
-    return build_all(Path(args.root), check=args.check)
+    return build_all(Path(args.root), check=args.check, stems=args.stems)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.set_defaults(run=_grade)
 
     labs = commands.add_parser("labs", help="generate labs/ from solutions/ (or --check staleness)")
+    labs.add_argument(
+        "stems", nargs="*", metavar="STEM", help="only these labs (e.g. 03_layernorm); default: all"
+    )
     labs.add_argument("--check", action="store_true", help="exit 1 if labs/ is not up to date")
     labs.add_argument("--root", default=".", help="the course checkout (default: .)")
     labs.set_defaults(run=_labs)
