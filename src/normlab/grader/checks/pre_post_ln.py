@@ -1,0 +1,717 @@
+"""Checks for lab 06, Pre-LN vs Post-LN: the norms in torch, the two blocks, the stack, warmup.
+
+The learner writes, in PyTorch, differentiable by autograd::
+
+    scratch_layernorm(x, gamma, beta, eps=1e-5) -> y        # x: (..., d) tensor
+    scratch_rmsnorm(x, gamma, eps=1e-6) -> y
+    PostLNBlock.forward, PreLNBlock.forward, BlockStack.forward   # nn.Modules
+    linear_warmup_lr(step, base_lr, warmup_steps) -> lr        # practice problem 1
+    POSTLN_FIXES = "..."                                       # practice problem 1
+
+The grader talks to modules only through the lab's adapter functions, whose arguments are arrays
+(sent as tensors), strings and ints: ``scratch_layernorm_grads``, ``block_output``,
+``stack_output`` and ``stack_grads`` build the learner's modules, load the given weights and
+return outputs or gradients. The oracle is PyTorch in float64 (``F.layer_norm``, ``F.rms_norm``,
+``F.scaled_dot_product_attention``, autograd), written here independently of the lab's code.
+Weight matrices are in "math" layout, ``y = x @ w``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_value, item_of
+
+LIBRARY_NORMS = [
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.rms_norm",
+    "torch.rms_norm",
+    "torch.nn.RMSNorm",
+    "torch.nn.functional.group_norm",
+    "torch.nn.GroupNorm",
+]
+LIBRARY_BLOCKS = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"]
+
+LAB = Lab(
+    stem="06_pre_post_ln",
+    title="Pre-LN vs Post-LN",
+    forbidden={
+        "scratch_layernorm": LIBRARY_NORMS,
+        "scratch_layernorm_grads": LIBRARY_NORMS,
+        "scratch_rmsnorm": LIBRARY_NORMS,
+        "block_output": LIBRARY_NORMS + LIBRARY_BLOCKS,
+        "stack_output": LIBRARY_NORMS + LIBRARY_BLOCKS,
+        "stack_grads": LIBRARY_NORMS + LIBRARY_BLOCKS,
+    },
+)
+
+LN_EPS, RMS_EPS = 1e-5, 1e-6
+F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-14
+TENSOR = ("tensor",)
+D_MODEL, N_HEADS, D_FF = 8, 2, 16
+
+# What the chapter's demo measured (notebooks/06_pre_post_ln.ipynb, section (e)): the candidate
+# single changes, by letter, that brought the 12-block Post-LN run below loss 0.5 in 300 steps.
+FIX_CANDIDATES = {
+    "a": "linear warmup over 50 steps",
+    "b": "Pre-LN with a final LN",
+    "c": "DeepNorm",
+    "d": "smaller init of the residual branches",
+    "e": "gradient clipping at norm 1.0",
+}
+MEASURED_FIXES = "abcd"
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _t(array):
+    """A float64 tensor; a tensor stays itself (it may be a leaf that autograd tracks)."""
+    torch = _torch()
+    if isinstance(array, torch.Tensor):
+        return array
+    return torch.as_tensor(np.asarray(array, dtype=np.float64))
+
+
+# ----------------------------------------------------------------------------- oracle: norms
+
+
+def oracle_layernorm(x, gamma, beta, eps=LN_EPS):
+    import torch.nn.functional as F
+
+    x = _t(x)
+    return F.layer_norm(x, (x.shape[-1],), _t(gamma), _t(beta), eps)
+
+
+def oracle_rmsnorm(x, gamma, eps=RMS_EPS):
+    import torch.nn.functional as F
+
+    x = _t(x)
+    return F.rms_norm(x, (x.shape[-1],), _t(gamma), eps)
+
+
+def oracle_layernorm_grads(x, gamma, beta, dy):
+    leaves = [_t(a).requires_grad_(True) for a in (x, gamma, beta)]
+    oracle_layernorm(*leaves).backward(_t(dy))
+    return tuple(leaf.grad.numpy() for leaf in leaves)
+
+
+# ----------------------------------------------------------------------------- probes: norms
+
+
+def _ln_variant(ddof=0, eps_where="inside", dim=-1, affine="normal"):
+    def forward(x, gamma, beta, eps=LN_EPS):
+        x = _t(x)
+        mean = x.mean(dim=dim, keepdim=True)
+        var = ((x - mean) ** 2).sum(dim=dim, keepdim=True) / (x.shape[dim] - ddof)
+        if eps_where == "inside":
+            x_hat = (x - mean) / (var + eps).sqrt()
+        elif eps_where == "outside":
+            x_hat = (x - mean) / (var.sqrt() + eps)
+        else:
+            x_hat = (x - mean) / var.sqrt()
+        if affine == "none":
+            return x_hat
+        if affine == "swapped":
+            return x_hat * _t(beta) + _t(gamma)
+        return x_hat * _t(gamma) + _t(beta)
+
+    return forward
+
+
+LAYERNORM_PROBES = [
+    Probe(
+        "unbiased variance",
+        "This matches the unbiased variance: torch's x.var() and x.std() divide by d - 1 by "
+        "default. LayerNorm divides by d: use x.var(dim=-1, unbiased=False, keepdim=True) or "
+        "((x - mean)**2).mean(dim=-1, keepdim=True).",
+        _ln_variant(ddof=1),
+    ),
+    Probe(
+        "eps outside the root",
+        "This matches (x - mean) / (sqrt(var) + eps). Put eps inside the root: sqrt(var + eps).",
+        _ln_variant(eps_where="outside"),
+    ),
+    Probe(
+        "no eps",
+        "This matches dividing by sqrt(var) with no eps: a constant row gives 0/0 = NaN.",
+        _ln_variant(eps_where="none"),
+    ),
+    Probe(
+        "wrong dim",
+        "This matches statistics over dim=0 (the batch): LayerNorm normalizes each row over its "
+        "features, dim=-1.",
+        _ln_variant(dim=0),
+    ),
+    Probe(
+        "affine step missing",
+        "This matches x_hat without the affine step: finish with gamma * x_hat + beta.",
+        _ln_variant(affine="none"),
+    ),
+    Probe(
+        "gamma and beta swapped",
+        "This matches x_hat * beta + gamma: gamma scales, beta shifts.",
+        _ln_variant(affine="swapped"),
+    ),
+]
+
+
+def _detached_grads(detach_mean, detach_var):
+    def grads(x, gamma, beta, dy):
+        leaves = [_t(a).requires_grad_(True) for a in (x, gamma, beta)]
+        xt, gt, bt = leaves
+        mean = xt.mean(dim=-1, keepdim=True)
+        var = ((xt - mean) ** 2).mean(dim=-1, keepdim=True)
+        if detach_mean:
+            mean = mean.detach()
+        if detach_var:
+            var = var.detach()
+        (gt * (xt - mean) / (var + LN_EPS).sqrt() + bt).backward(_t(dy))
+        return tuple(leaf.grad.numpy() for leaf in leaves)
+
+    return grads
+
+
+GRAD_PROBES = [
+    Probe(
+        "statistics detached",
+        "dx matches a LayerNorm whose mean and variance were cut off from autograd (.detach(), "
+        ".item(), .numpy() or torch.no_grad() around them). Both depend on every input, so "
+        "gradients must flow through them: compute them with torch operations on x itself.",
+        _detached_grads(True, True),
+    ),
+    Probe(
+        "mean detached",
+        "dx matches a LayerNorm whose mean was cut off from autograd. Keep the mean a torch "
+        "expression of x (no .detach(), .item() or NumPy).",
+        _detached_grads(True, False),
+    ),
+    Probe(
+        "variance detached",
+        "dx matches a LayerNorm whose variance was cut off from autograd. Keep the variance a "
+        "torch expression of x (no .detach(), .item() or NumPy).",
+        _detached_grads(False, True),
+    ),
+]
+
+
+def _rms_variant(centre=False, eps_where="inside", reduce="mean", use_gamma=True):
+    def forward(x, gamma, eps=RMS_EPS):
+        x = _t(x)
+        if centre:
+            x = x - x.mean(dim=-1, keepdim=True)
+        square = (x**2).mean(dim=-1, keepdim=True) if reduce == "mean" else (x**2).sum(-1, True)
+        if eps_where == "inside":
+            y = x / (square + eps).sqrt()
+        elif eps_where == "outside":
+            y = x / (square.sqrt() + eps)
+        else:
+            y = x / (square + eps)
+        return y * _t(gamma) if use_gamma else y
+
+    return forward
+
+
+RMSNORM_PROBES = [
+    Probe(
+        "subtracts the mean",
+        "This subtracts the mean first, like LayerNorm. RMSNorm does not re-centre: divide x "
+        "itself by sqrt(mean(x**2) + eps).",
+        _rms_variant(centre=True),
+    ),
+    Probe(
+        "eps outside the root",
+        "This matches x / (sqrt(mean(x**2)) + eps): put eps inside the root.",
+        _rms_variant(eps_where="outside"),
+    ),
+    Probe(
+        "square root missing",
+        "This divides by mean(x**2) + eps without the square root: the RMS is the ROOT of the "
+        "mean square.",
+        _rms_variant(eps_where="noroot"),
+    ),
+    Probe(
+        "sum instead of mean",
+        "This matches sqrt(sum(x**2)): the RMS averages the squares over the d features.",
+        _rms_variant(reduce="sum"),
+    ),
+    Probe(
+        "gamma missing",
+        "This matches the normalized x without gamma: finish with gamma * x / rms.",
+        _rms_variant(use_gamma=False),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- oracle: blocks
+
+
+def oracle_attention(x, w_qkv, w_out, n_heads):
+    """Causal multi-head self-attention, heads taken as consecutive slices of d."""
+    import torch.nn.functional as F
+
+    batch, length, d_model = x.shape
+    qkv = (x @ w_qkv).view(batch, length, 3, n_heads, d_model // n_heads)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return mixed.transpose(1, 2).reshape(batch, length, d_model) @ w_out
+
+
+def oracle_feed_forward(x, w_up, w_down):
+    return (x @ w_up).relu() @ w_down
+
+
+def _norm_fn(norm, gamma, beta):
+    if norm == "rmsnorm":
+        return lambda v: oracle_rmsnorm(v, gamma)
+    return lambda v: oracle_layernorm(v, gamma, beta)
+
+
+# One residual sub-layer: (x, G, N) -> new x. The right rules and the known-wrong ones.
+RULES = {
+    "post": lambda x, G, N: N(x + G(x)),
+    "pre": lambda x, G, N: x + G(N(x)),
+    "post, norm inside the residual": lambda x, G, N: x + N(G(x)),
+    "no residual": lambda x, G, N: N(G(x)),
+    "pre, no residual": lambda x, G, N: G(N(x)),
+    "residual from the normalized input": lambda x, G, N: N(x) + G(N(x)),
+    "pre, norm on the output too": lambda x, G, N: N(x + G(N(x))),
+}
+
+
+def oracle_block(rule, norm, n_heads, x, w_qkv, w_out, w_up, w_down, gammas, betas, swap=False):
+    """One block: attention then FFN sub-layer, each combined by ``RULES[rule]``."""
+    norms = [_norm_fn(norm, gammas[i], betas[i]) for i in (0, 1)]
+    if swap:
+        norms.reverse()
+    x = _t(x)
+    x = RULES[rule](x, lambda v: oracle_attention(v, _t(w_qkv), _t(w_out), n_heads), norms[0])
+    return RULES[rule](x, lambda v: oracle_feed_forward(v, _t(w_up), _t(w_down)), norms[1])
+
+
+def oracle_stack(placement, n_heads, x, w_qkv, w_out, w_up, w_down, gammas, betas, fg, fb, final):
+    """``depth`` blocks (weights stacked on axis 0); then a final LN when ``final`` is true."""
+    for i in range(len(w_qkv)):
+        x = oracle_block(
+            placement, "layernorm", n_heads, x, w_qkv[i], w_out[i], w_up[i], w_down[i],
+            gammas[i], betas[i],
+        )  # fmt: skip
+    return oracle_layernorm(x, fg, fb) if final else _t(x)
+
+
+def _block_probe(name, hint, rule, swap=False):
+    def compute(placement, norm, n_heads, x, *weights):
+        return oracle_block(rule, norm, n_heads, x, *weights, swap=swap).numpy()
+
+    return Probe(name, hint, compute)
+
+
+POST_BLOCK_PROBES = [
+    _block_probe(
+        "pre-LN instead of post-LN",
+        "This is the Pre-LN block, x + G(LN(x)). Post-LN (Vaswani et al. 2017, §3.1) normalizes "
+        "AFTER the residual addition: x = LN(x + G(x)).",
+        "pre",
+    ),
+    _block_probe(
+        "norm inside the residual",
+        "This matches x + LN(G(x)): the norm was applied to the sub-layer's output only. In "
+        "Post-LN the norm comes after the addition, so it normalizes the sum: LN(x + G(x)).",
+        "post, norm inside the residual",
+    ),
+    _block_probe(
+        "no residual",
+        "This matches LN(G(x)): the residual connection is missing. Add x before normalizing.",
+        "no residual",
+    ),
+    _block_probe(
+        "norms swapped",
+        "This uses norm2 around the attention and norm1 around the feed-forward: norm1 belongs "
+        "to the attention sub-layer, norm2 to the FFN.",
+        "post",
+        swap=True,
+    ),
+]
+
+PRE_BLOCK_PROBES = [
+    _block_probe(
+        "post-LN instead of pre-LN",
+        "This is the Post-LN block, LN(x + G(x)). Pre-LN normalizes only the sub-layer's INPUT "
+        "and adds the untouched x: x = x + G(LN(x)).",
+        "post",
+    ),
+    _block_probe(
+        "residual from the normalized input",
+        "This matches LN(x) + G(LN(x)): the residual was taken after the norm. The skip path "
+        "must carry x itself, untouched (that is the identity highway): x + G(LN(x)).",
+        "residual from the normalized input",
+    ),
+    _block_probe(
+        "norm on the output too",
+        "This matches LN(x + G(LN(x))): the sum is normalized again. In Pre-LN nothing "
+        "normalizes the residual stream inside the block; that is what the final LN is for.",
+        "pre, norm on the output too",
+    ),
+    _block_probe(
+        "no residual",
+        "This matches G(LN(x)) with no residual: add x back.",
+        "pre, no residual",
+    ),
+    _block_probe(
+        "norms swapped",
+        "This uses norm2 before the attention and norm1 before the feed-forward: norm1 belongs "
+        "to the attention sub-layer, norm2 to the FFN.",
+        "pre",
+        swap=True,
+    ),
+]
+
+
+def _stack_probe(name, hint, final_for):
+    def compute(placement, n_heads, x, *weights):
+        return oracle_stack(placement, n_heads, x, *weights, final=placement in final_for).numpy()
+
+    return Probe(name, hint, compute)
+
+
+STACK_PROBES = [
+    _stack_probe(
+        "final LN missing in the Pre-LN stack",
+        "This matches the Pre-LN stack without its final norm. In Pre-LN nothing normalizes "
+        "the residual stream, which grows with depth; GPT-2 (§2.3) adds one LN after the last "
+        "block: apply self.final_norm when placement == 'pre'.",
+        final_for=(),
+    ),
+    _stack_probe(
+        "final LN added to the Post-LN stack",
+        "This applies the final norm to the Post-LN stack too. A Post-LN block already ends "
+        "with a norm; the final LN belongs to Pre-LN only.",
+        final_for=("pre", "post"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def rows_with_varied_scale(rng, shape):
+    """Rows whose scales span 0.01..10 and offsets -5..5."""
+    n_rows = int(np.prod(shape[:-1]))
+    scales = np.geomspace(0.01, 10, n_rows).reshape(shape[:-1] + (1,))
+    return rng.normal(size=shape) * scales + rng.uniform(-5, 5, size=shape[:-1] + (1,))
+
+
+def block_weights(rng, depth=None, d_model=D_MODEL, d_ff=D_FF):
+    """(w_qkv, w_out, w_up, w_down, gammas, betas), with a leading depth axis if given."""
+    lead = () if depth is None else (depth,)
+
+    def matrix(n_in, n_out):
+        return rng.normal(0.0, 1.0 / np.sqrt(n_in), size=lead + (n_in, n_out))
+
+    return (
+        matrix(d_model, 3 * d_model),
+        matrix(d_model, d_model),
+        matrix(d_model, d_ff),
+        matrix(d_ff, d_model),
+        rng.normal(1.0, 0.3, size=lead + (2, d_model)),
+        rng.normal(0.0, 0.3, size=lead + (2, d_model)),
+    )
+
+
+def _torch_args(*arrays):
+    return [AsTorch(np.asarray(a, dtype=np.float64)) for a in arrays]
+
+
+# ----------------------------------------------------------------------------- norm checks
+
+
+def _layernorm_case(sub, x, gamma, beta, what):
+    out = sub.call("scratch_layernorm", *_torch_args(x, gamma, beta), eps=LN_EPS)
+    expect_array(
+        out,
+        oracle_layernorm(x, gamma, beta).numpy(),
+        what=f"scratch_layernorm, {what}",
+        candidates=evaluate(LAYERNORM_PROBES, x, gamma, beta),
+        kinds=TENSOR,
+        **F64,
+    )
+
+
+@LAB.check("scratch_layernorm matches F.layer_norm", points=2, uses=["scratch_layernorm"])
+def layernorm_forward(sub):
+    rng = np.random.default_rng(60)
+    for shape in [(6, 8), (2, 3, 8)]:
+        x = rows_with_varied_scale(rng, shape)
+        gamma, beta = rng.normal(1, 0.5, size=8), rng.normal(0, 0.5, size=8)
+        _layernorm_case(sub, x, gamma, beta, f"x of shape {shape}")
+    x = rng.normal(size=(3, 8))
+    x[0] = 2.5  # a constant row: variance exactly 0
+    _layernorm_case(sub, x, rng.normal(1, 0.5, size=8), rng.normal(size=8), "a constant row")
+
+
+@LAB.check(
+    "gradients flow through scratch_layernorm (autograd)",
+    points=1,
+    uses=["scratch_layernorm_grads"],
+)
+def layernorm_autograd(sub):
+    rng = np.random.default_rng(61)
+    x = rows_with_varied_scale(rng, (4, 6))
+    gamma, beta, dy = rng.normal(1, 0.5, size=6), rng.normal(size=6), rng.normal(size=(4, 6))
+    out = sub.call("scratch_layernorm_grads", *_torch_args(x, gamma, beta, dy))
+    expected = oracle_layernorm_grads(x, gamma, beta, dy)
+    candidates = evaluate(GRAD_PROBES, x, gamma, beta, dy)
+    for index, name in enumerate(("dx", "dgamma", "dbeta")):
+        expect_array(
+            out,
+            expected[index],
+            what=f"{name} from scratch_layernorm_grads, x of shape (4, 6)",
+            index=index,
+            count=3,
+            candidates=candidates,
+            kinds=TENSOR,
+            hint="The lab's adapter back-propagates through your scratch_layernorm; build it "
+            "from torch operations on x so that autograd sees every dependence.",
+            **F64,
+        )
+
+
+@LAB.check("scratch_rmsnorm matches F.rms_norm", points=1, uses=["scratch_rmsnorm"])
+def rmsnorm_forward(sub):
+    rng = np.random.default_rng(62)
+    for shape in [(5, 8), (2, 3, 8)]:
+        x = rows_with_varied_scale(rng, shape)
+        gamma = rng.normal(1, 0.5, size=8)
+        expect_array(
+            sub.call("scratch_rmsnorm", *_torch_args(x, gamma), eps=RMS_EPS),
+            oracle_rmsnorm(x, gamma).numpy(),
+            what=f"scratch_rmsnorm, x of shape {shape}",
+            candidates=evaluate(RMSNORM_PROBES, x, gamma),
+            kinds=TENSOR,
+            **F64,
+        )
+
+
+# ----------------------------------------------------------------------------- block checks
+
+
+def _block_case(sub, placement, norm, probes, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(2, 5, D_MODEL)) * 2 + 0.5
+    weights = block_weights(rng)
+    out = sub.call("block_output", placement, norm, N_HEADS, *_torch_args(x, *weights))
+    expected = oracle_block(placement, norm, N_HEADS, x, *weights).numpy()
+    expect_array(
+        out,
+        expected,
+        what=f"block_output('{placement}', '{norm}'), x of shape (2, 5, {D_MODEL})",
+        candidates=evaluate(probes, placement, norm, N_HEADS, x, *weights),
+        kinds=TENSOR,
+        **F64,
+    )
+
+
+@LAB.check("PostLNBlock: x = LN(x + G(x)) for each sub-layer", points=2, uses=["block_output"])
+def post_block(sub):
+    _block_case(sub, "post", "layernorm", POST_BLOCK_PROBES, seed=70)
+
+
+@LAB.check("PreLNBlock: x = x + G(LN(x)) for each sub-layer", points=2, uses=["block_output"])
+def pre_block(sub):
+    _block_case(sub, "pre", "layernorm", PRE_BLOCK_PROBES, seed=71)
+
+
+@LAB.check("both blocks work with scratch_rmsnorm", points=1, uses=["block_output"])
+def rms_blocks(sub):
+    _block_case(sub, "post", "rmsnorm", POST_BLOCK_PROBES, seed=72)
+    _block_case(sub, "pre", "rmsnorm", PRE_BLOCK_PROBES, seed=73)
+
+
+# ----------------------------------------------------------------------------- stack checks
+
+
+def _stack_inputs(seed, depth):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(2, 4, D_MODEL))
+    weights = block_weights(rng, depth)
+    final_gamma, final_beta = rng.normal(1, 0.3, size=D_MODEL), rng.normal(0, 0.3, size=D_MODEL)
+    return x, (*weights, final_gamma, final_beta)
+
+
+@LAB.check("BlockStack: a final LN after Pre-LN blocks only", points=2, uses=["stack_output"])
+def stack(sub):
+    for seed, placement in [(80, "pre"), (81, "post")]:
+        x, weights = _stack_inputs(seed, depth=3)
+        out = sub.call("stack_output", placement, N_HEADS, *_torch_args(x, *weights))
+        expected = oracle_stack(placement, N_HEADS, x, *weights, final=placement == "pre")
+        expect_array(
+            out,
+            expected.numpy(),
+            what=f"stack_output('{placement}'), 3 blocks, x of shape (2, 4, {D_MODEL})",
+            candidates=evaluate(STACK_PROBES, placement, N_HEADS, x, *weights),
+            kinds=TENSOR,
+            **F64,
+        )
+
+
+def oracle_stack_grads(placement, x, weights, dy):
+    """dx and each block's gradient norm (over all its weights) for loss = sum(dy * output)."""
+    torch = _torch()
+    x_leaf = _t(x).requires_grad_(True)
+    leaves = [_t(w).requires_grad_(True) for w in weights]
+    out = oracle_stack(placement, N_HEADS, x_leaf, *leaves, final=placement == "pre")
+    out.backward(_t(dy))
+    per_block = sum((leaf.grad.reshape(len(leaf), -1) ** 2).sum(dim=1) for leaf in leaves[:6])
+    return x_leaf.grad.numpy(), torch.sqrt(per_block).numpy()
+
+
+@LAB.check(
+    "stack gradients at initialization (dx, per-block gradient norms)",
+    points=1,
+    uses=["stack_grads"],
+)
+def stack_gradients(sub):
+    for seed, placement in [(90, "post"), (91, "pre")]:
+        x, weights = _stack_inputs(seed, depth=4)
+        dy = np.random.default_rng(seed + 100).normal(size=x.shape)
+        out = sub.call("stack_grads", placement, N_HEADS, *_torch_args(x, *weights, dy))
+        expected = oracle_stack_grads(placement, x, weights, dy)
+        for index, name in enumerate(("dx", "per-block gradient norms")):
+            expect_array(
+                out,
+                expected[index],
+                what=f"stack_grads('{placement}') {name}, 4 blocks",
+                index=index,
+                count=2,
+                kinds=TENSOR,
+                hint="stack_output must already pass; then every block's weights must take "
+                "part in the graph (no .detach(), no torch.no_grad()).",
+                **F64,
+            )
+
+
+# ----------------------------------------------------------------------------- problem 1
+
+
+def _number(sub, *args) -> float:
+    what = f"linear_warmup_lr{args}"
+    try:
+        item = item_of(sub.call("linear_warmup_lr", *args), None, what)
+    except SubmissionError as error:
+        if "ZeroDivisionError" in str(error):
+            raise CheckFailed(
+                f"{what}: {error}. warmup_steps = 0 means no warmup: return base_lr at every "
+                "step (test for it before dividing)."
+            ) from None
+        raise
+    if (
+        item.array is None
+        or item.array.size != 1
+        or item.kind not in ("scalar", "ndarray", "tensor")
+    ):
+        raise CheckFailed(f"{what}: returned {item.kind}, expected a number")
+    return float(item.array.reshape(()))
+
+
+WARMUP_PROBES = [
+    Probe(
+        "counts steps from 0",
+        "This matches base_lr * (step - 1) / warmup_steps: the first step (step = 1) gets a "
+        "learning rate of 0 and the peak comes one step late. Steps count from 1: the rate is "
+        "base_lr * step / warmup_steps until step = warmup_steps.",
+        lambda steps, base, w: base * np.minimum(1.0, (steps - 1) / w),
+    ),
+    Probe(
+        "never stops rising",
+        "This keeps rising after the warmup: cap it, base_lr * min(1, step / warmup_steps).",
+        lambda steps, base, w: base * steps / w,
+    ),
+    Probe(
+        "decays instead",
+        "This falls from base_lr towards 0: warmup RISES from near 0 to base_lr.",
+        lambda steps, base, w: base * np.maximum(0.0, 1 - steps / w),
+    ),
+    Probe(
+        "peak one step late",
+        "This matches base_lr * step / (warmup_steps + 1): the rate must reach base_lr exactly "
+        "at step = warmup_steps.",
+        lambda steps, base, w: base * np.minimum(1.0, steps / (w + 1)),
+    ),
+]
+
+
+@LAB.check(
+    "problem 1: linear_warmup_lr rises linearly, then stays at base_lr",
+    points=2,
+    uses=["linear_warmup_lr"],
+)
+def warmup(sub):
+    for base_lr, warmup_steps in [(1e-3, 5), (0.5, 1), (3e-4, 50)]:
+        steps = np.array(sorted({1, 2, 3, warmup_steps - 1, warmup_steps, warmup_steps + 1,
+                                 2 * warmup_steps, 3 * warmup_steps + 7} - {0}))  # fmt: skip
+        got = np.array([_number(sub, int(s), base_lr, warmup_steps) for s in steps])
+        expected = base_lr * np.minimum(1.0, steps / warmup_steps)
+        candidates = [(p, p.compute(steps, base_lr, warmup_steps)) for p in WARMUP_PROBES]
+        probe = next(
+            (p for p, wrong in candidates if np.allclose(got, wrong, rtol=1e-6, atol=0)), None
+        )
+        if not np.allclose(got, expected, rtol=1e-6, atol=1e-15):
+            worst = int(np.argmax(np.abs(got - expected)))
+            raise CheckFailed(
+                f"linear_warmup_lr with base_lr={base_lr}, warmup_steps={warmup_steps}: at step "
+                f"{steps[worst]} got {got[worst]:.6g}, expected {expected[worst]:.6g}"
+                + (f"\nWhy: {probe.hint}" if probe else "")
+            )
+    for step in (1, 7, 1000):
+        got = _number(sub, step, 2e-3, 0)
+        if not np.isclose(got, 2e-3, rtol=1e-6, atol=0):
+            raise CheckFailed(
+                f"linear_warmup_lr({step}, 0.002, 0): got {got:.6g}, expected 0.002 — "
+                "warmup_steps = 0 means no warmup."
+            )
+
+
+def _letters(answer) -> str | None:
+    if not isinstance(answer, str):
+        return None
+    letters = re.sub(r"[\s,;()\[\]{}'\"]", "", answer.lower())
+    if not letters or not set(letters) <= set(FIX_CANDIDATES):
+        return None
+    return "".join(sorted(set(letters)))
+
+
+def _fixes_right(answer) -> bool:
+    return _letters(answer) == MEASURED_FIXES
+
+
+@LAB.check(
+    "problem 1: which single changes fixed the stalled Post-LN run",
+    points=1,
+    uses=["POSTLN_FIXES"],
+)
+def fixes(sub):
+    out = sub.get("POSTLN_FIXES")
+    item = item_of(out, None, "POSTLN_FIXES")
+    answer = item.array.item() if item.kind == "str" and item.array is not None else None
+    letters = _letters(answer)
+    hint = (
+        'Give every letter that worked in the demo\'s section (e) as one string, e.g. "ab"; '
+        "look again at which runs got below loss 0.5, and at what clipping can and cannot do to "
+        "an optimizer that divides by the gradient's own size."
+    )
+    if letters is not None and "e" in letters:
+        hint = (
+            "Clipping rescales the whole gradient, but Adam divides each update by the running "
+            "size of the gradient, so the step barely changes; and the problem here is too "
+            "LITTLE gradient in the lower blocks, not too much. " + hint
+        )
+    expect_value(out, _fixes_right, what="POSTLN_FIXES", hint=hint)
