@@ -14,14 +14,16 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from normlab.grader import core
+from normlab.grader.forkserver import ForkServer
 from normlab.grader.registry import lab_for_path
 from normlab.grader.report import SubmissionResult, write_atomically
-from normlab.grader.sandbox import DEFAULT_MEMORY_MB, ChildSubmission
+from normlab.grader.sandbox import DEFAULT_MEMORY_MB, ChildSubmission, fork_server_environment
 
 DEFAULT_TIMEOUT = 60.0
 MAX_NOTEBOOK_BYTES = 50 << 20
@@ -131,10 +133,11 @@ class Settings:
     memory_mb: int = DEFAULT_MEMORY_MB
     bwrap: bool = False
     hide: tuple[str, ...] = ()
+    fork: bool = True  # start submissions from a fork server (not with bwrap)
 
 
 def grade_notebook(
-    path: Path, settings: Settings = Settings(), student: str | None = None
+    path: Path, settings: Settings = Settings(), student: str | None = None, fork_server=None
 ) -> SubmissionResult:
     """Grade one notebook. Never raises for anything the notebook contains."""
     shown = str(path)
@@ -170,6 +173,7 @@ def grade_notebook(
         memory_mb=settings.memory_mb,
         bwrap=settings.bwrap,
         hide=settings.hide,
+        fork_server=fork_server,
     ) as submission:
         results = core.run_checks(lab, submission)
         error = None
@@ -272,10 +276,24 @@ def grade_all(
         else:
             pending.append(index)
 
-    def work(index: int) -> SubmissionResult:
-        entry = entries[index]
-        return grade_notebook(entry.path, settings, entry.student)
+    with tempfile.TemporaryDirectory(prefix="normlab-fork-") as server_home:
+        server = None
+        # One notebook gains nothing from a server that first imports what it would import.
+        if settings.fork and not settings.bwrap and len(pending) > 1:
+            server = ForkServer(fork_server_environment(server_home))
 
+        def work(index: int) -> SubmissionResult:
+            entry = entries[index]
+            return grade_notebook(entry.path, settings, entry.student, server)
+
+        try:
+            return _run_pool(entries, pending, results, work, jobs, cache, on_result)
+        finally:
+            if server is not None:
+                server.close()
+
+
+def _run_pool(entries, pending, results, work, jobs, cache, on_result) -> list[SubmissionResult]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(work, index): index for index in pending}
         try:

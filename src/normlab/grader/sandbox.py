@@ -124,6 +124,13 @@ def child_environment(workdir: str, mpl_cache: str) -> dict:
     }
 
 
+def fork_server_environment(cache_dir: str) -> dict:
+    """The fork server's environment: as a child's, so that imports behave the same."""
+    environment = child_environment(cache_dir, cache_dir)
+    environment["HOME"] = cache_dir
+    return environment
+
+
 class ChildSubmission(core.Submission):
     """A notebook's code cells running in a child process, restarted if it dies.
 
@@ -142,6 +149,7 @@ class ChildSubmission(core.Submission):
         memory_mb: int = DEFAULT_MEMORY_MB,
         bwrap: bool = False,
         hide: tuple[str, ...] = (),
+        fork_server=None,
     ):
         self.cells = cells
         self.forbidden = forbidden
@@ -149,6 +157,7 @@ class ChildSubmission(core.Submission):
         self.memory_mb = memory_mb
         self.bwrap = bwrap
         self.hide = list(hide)
+        self.fork_server = fork_server  # a forkserver.ForkServer, or None: a new interpreter
         self.process: subprocess.Popen | None = None
         self.names: set[str] = set()
         self.cell_errors: list[dict] = []
@@ -182,16 +191,28 @@ class ChildSubmission(core.Submission):
             environment["NORMLAB_NO_NANNY"] = "1"
         if self.run_as:
             environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.run_as)
-        self.process = subprocess.Popen(
-            command,
-            pass_fds=(request_read, reply_write),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=self.workdir,
-            env=environment,
-            start_new_session=True,  # its own process group: we can kill everything it forks
-        )
+        if self.fork_server is not None and not self.bwrap:
+            try:
+                self.process = self.fork_server.spawn(
+                    str(self.workdir),
+                    environment,
+                    (request_read, reply_write, log.fileno()),
+                    self.memory_mb,
+                    cpu_seconds,
+                )
+            except OSError:
+                self.process = None  # no fork server: start an interpreter the slow way
+        if self.process is None:
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(request_read, reply_write),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=environment,
+                start_new_session=True,  # its own process group: we can kill everything it forks
+            )
         log.close()
         os.close(request_read)
         os.close(reply_write)
@@ -217,7 +238,10 @@ class ChildSubmission(core.Submission):
                 os.killpg(self.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            self.process.wait()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass  # a forked child whose server died: killed above, nobody reports it
             for fd in (self.request_fd, self.reply_fd):
                 try:
                     os.close(fd)

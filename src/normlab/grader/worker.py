@@ -280,6 +280,11 @@ def drop_privileges() -> None:
 
 def main(argv: list[str]) -> None:
     request_fd, reply_fd, memory_mb, cpu_seconds = (int(a) for a in argv[1:5])
+    run_submission(request_fd, reply_fd, memory_mb, cpu_seconds)
+
+
+def run_submission(request_fd: int, reply_fd: int, memory_mb: int, cpu_seconds: int) -> None:
+    """Become the submission's process: nanny, unprivileged user, limits, then serve. Never returns."""
     run_under_nanny()
     drop_privileges()
     apply_limits(memory_mb, cpu_seconds)
