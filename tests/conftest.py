@@ -18,11 +18,13 @@ def root() -> Path:
     return ROOT
 
 
-def solution_namespace(stem: str) -> dict:
+def solution_namespace(stem: str, replace: tuple[str, str] | None = None) -> dict:
     """Execute the solution notebook's definition cells (no demos) and return its namespace.
 
     Only cells that define functions or answers are run, so the tests get the solution's
-    functions without its slower demonstration cells.
+    functions without its slower demonstration cells. ``replace=(old, new)`` swaps one piece of
+    source first (a mutated function or class), so that everything defined after it — a table
+    of classes, an adapter — is built from the new version.
     """
     notebook = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
     namespace: dict = {"__name__": "solution"}
@@ -32,8 +34,9 @@ def solution_namespace(stem: str) -> dict:
             continue
         if "runs-learner-code" in cell.metadata.get("tags", []):
             continue
-        source = "\n".join(
-            line for line in cell.source.splitlines() if not line.startswith("check(")
-        )
+        source = cell.source
+        if replace is not None:
+            source = source.replace(*replace)
+        source = "\n".join(line for line in source.splitlines() if not line.startswith("check("))
         exec(compile(source, f"<{stem}>", "exec"), namespace)
     return namespace

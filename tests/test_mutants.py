@@ -1,7 +1,7 @@
 """The checks are sharp: single-point bugs injected into every answer region lose points.
 
-For each solution notebook, every function whose body holds a ``### BEGIN SOLUTION`` region is
-mutated one change at a time (see ``mutants.py``); each mutant is run through the lab's checks
+For each solution notebook, every function (or class method) whose body holds a
+``### BEGIN SOLUTION`` region is mutated one change at a time (see ``mutants.py``); each mutant is run through the lab's checks
 in-process. At least 90% of the mutants must fail a check. Survivors are printed, so a weak check
 is easy to find.
 """
@@ -21,43 +21,56 @@ from normlab.grader.registry import all_labs
 KILL_RATE = 0.90
 
 
-def answer_functions(stem: str):
-    """(function name, cell source, region line range) for each answer region inside a def."""
+def answer_units(stem: str):
+    """(kind, name, source, region line range) for each answer region inside a def or a class.
+
+    ``kind`` is "function" for a top-level function and "class" for a class whose method holds
+    the region (a Transformer block's ``forward``, say).
+    """
     solution = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
     for cell in solution.cells:
         if cell.cell_type != "code" or "### BEGIN SOLUTION" not in cell.source:
             continue
         lines = cell.source.splitlines()
-        begin = next(i for i, line in enumerate(lines) if "### BEGIN SOLUTION" in line) + 1
-        end = next(i for i, line in enumerate(lines) if "### END SOLUTION" in line) + 1
+        begins = [i + 1 for i, line in enumerate(lines) if "### BEGIN SOLUTION" in line]
+        ends = [i + 1 for i, line in enumerate(lines) if "### END SOLUTION" in line]
         tree = ast.parse(cell.source)
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.lineno < begin <= node.end_lineno:
-                source = "\n".join(lines[node.lineno - 1 : node.end_lineno])
-                offset = node.lineno - 1
-                yield node.name, source, range(begin - offset, end - offset)
+        for begin, end in zip(begins, ends, strict=True):
+            for node in tree.body:
+                if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    continue
+                if node.lineno < begin <= node.end_lineno:
+                    source = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+                    offset = node.lineno - 1
+                    kind = "function" if isinstance(node, ast.FunctionDef) else "class"
+                    yield kind, node.name, source, range(begin - offset, end - offset)
+
+
+def run_mutant(stem: str, lab, original: str, mutated: str) -> bool | None:
+    """True when every check of the lab passes with ``mutated`` in place of ``original``.
+
+    The solution's definitions are executed afresh with the one unit swapped, so whatever uses
+    it (a table of block classes, the lab's adapter functions) uses the mutant. None: the
+    mutant does not even run.
+    """
+    try:
+        namespace = solution_namespace(stem, replace=(original, mutated))
+    except Exception:
+        return None
+    given = {name: namespace[name] for name in lab.names if name in namespace}
+    _, results = notebook.run(lab=stem, **given)
+    return all(r.passed for r in results)
 
 
 @pytest.mark.parametrize("stem", sorted(all_labs()))
 def test_single_point_bugs_lose_points(stem):
     lab = all_labs()[stem]
-    base = solution_namespace(stem)
     total, survivors = 0, []
-    for name, source, region in answer_functions(stem):
-        control = dict(base)
-        exec(compile(source, f"<control {name}>", "exec"), control)
-        _, results = notebook.run(lab=stem, **{name: control[name]})
-        assert all(r.passed for r in results), f"the unmutated {name} must pass its checks"
+    for _, name, source, region in answer_units(stem):
+        assert run_mutant(stem, lab, source, source), f"the unmutated {name} must pass"
         for described, mutated in mutants(source, region):
-            namespace = dict(base)
-            try:
-                exec(compile(mutated, f"<mutant {name}>", "exec"), namespace)
-            except Exception:
-                total += 1  # does not even define the function: caught at once
-                continue
             total += 1
-            _, results = notebook.run(lab=stem, **{name: namespace[name]})
-            if all(r.passed for r in results):
+            if run_mutant(stem, lab, source, mutated):
                 survivors.append(f"{name} {described}")
     assert total >= 20, f"too few mutants to measure ({total})"
     rate = 1 - len(survivors) / total
