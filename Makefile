@@ -35,8 +35,8 @@ lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) START_HERE.ipynb
 
 test: $(VENV)/.installed
-	$(VENV)/bin/ruff check src tests solutions notebooks
-	$(VENV)/bin/ruff format --check src tests solutions notebooks
+	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
+	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
 	$(PY) -m pytest tests
 	$(PY) -m pytest --nbval --nbval-current-env -p no:cacheprovider solutions notebooks
@@ -48,10 +48,10 @@ grade: $(VENV)/.installed
 	$(VENV)/bin/normlab grade labs
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check src tests solutions notebooks
+	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 
 format: $(VENV)/.installed
-	$(VENV)/bin/ruff format src tests solutions notebooks
+	$(VENV)/bin/ruff format src tests solutions notebooks benchmarks
 
 clean-venv:
 	rm -rf $(VENV)
