@@ -157,3 +157,19 @@ def test_sandbox_binds_back_an_interpreter_that_lives_under_tmp(monkeypatch):
     assert "--ro-bind /usr /usr" not in text  # already visible (read-only) through "/"
     assert text.index("--tmpfs /home/teacher/class") < text.index("--bind /tmp/work /tmp/work")
     assert command[-1] == "--" and "--unshare-net" in command
+
+
+def test_table_ends_with_the_total_when_several_notebooks_are_graded():
+    from normlab.grader.core import CheckResult
+    from normlab.grader.report import SubmissionResult, to_table
+
+    ok = CheckResult("a", 2, 2, True, "")
+    bad = CheckResult("b", 0, 1, False, "why\nmore")
+    results = [
+        SubmissionResult("x.ipynb", "03_layernorm", 2, 3, None, [ok, bad]),
+        SubmissionResult("y.ipynb", "03_layernorm", 0, 3, "boom", []),
+    ]
+    table = to_table(results)
+    assert table.splitlines()[-1] == "total: 2/6 points in 2 notebooks"
+    assert "    ✗ b: why" in table and "ERROR: boom" in table
+    assert "total" not in to_table(results[:1])

@@ -220,4 +220,7 @@ def to_table(results: list[SubmissionResult], verbose: bool = True) -> str:
                 if not check.passed:
                     first = check.message.splitlines()[0] if check.message else ""
                     lines.append(f"    {FAIL} {check.name}: {first}")
+    if len(results) > 1:
+        got, total = sum(r.score for r in results), sum(r.max_score for r in results)
+        lines.append(f"total: {got}/{total} points in {len(results)} notebooks")
     return "\n".join(lines)
