@@ -1,0 +1,501 @@
+"""Checks for lab 07, the cost of normalization: fused-friendly norms and the counting behind them.
+
+The learner writes, in NumPy::
+
+    rmsnorm_two_pass(x, gamma, eps=1e-5, out=None) -> y             # x: (..., d); gamma: (d,)
+    layernorm_two_pass(x, gamma, beta, eps=1e-5, out=None) -> y
+    bytes_moved(norm, implementation, n_rows, d, itemsize) -> int   # bytes to and from memory
+    arithmetic_intensity(norm, implementation, itemsize) -> float   # FLOPs per byte
+    roofline_time(flops, bytes_moved, peak_flops, bandwidth) -> float  # seconds
+    COST_ANSWER = "a" | "b" | "c" | "d"                              # what the benchmark shows
+
+``norm`` is ``"layernorm"`` or ``"rmsnorm"``; ``implementation`` is ``"naive"`` (the textbook code
+the lab lists, one whole-array NumPy operation at a time) or ``"fused"`` (read x once, write y
+once). The counting rule, stated in the lab: every whole-array operation reads each full-size
+(n_rows, d) operand once and writes its full-size result once; arrays of n_rows or d entries
+(statistics, gamma, beta) are not counted. FLOPs: one per element for each elementwise add,
+subtract, multiply, divide or square of a full-size array, and one per element for a reduction
+(a sum or mean adds each element once). Timings are never graded: they depend on the machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normlab.grader.core import Lab
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+
+LIBRARY_NORMS = [
+    "torch.nn.functional.rms_norm",
+    "torch.rms_norm",
+    "torch.nn.RMSNorm",
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.group_norm",
+    "torch.nn.GroupNorm",
+]
+
+LAB = Lab(
+    stem="07_cost",
+    title="The cost of normalization",
+    forbidden={
+        "rmsnorm_two_pass": LIBRARY_NORMS,
+        "layernorm_two_pass": LIBRARY_NORMS,
+    },
+)
+
+EPS = 1e-5
+F64 = {"rtol": 1e-7, "atol": 1e-9}
+F32 = {"rtol": 1e-4, "atol": 1e-5}  # float32 accumulation over d <= 768: ~1e-6 relative
+# float32 x = 1e4 + noise: x itself is rounded to ~5e-4, so any float32 centring errs by ~1e-3;
+# the one-pass variance errs by O(1) and is still far outside.
+OFFSET = {"rtol": 1e-3, "atol": 1e-2}
+EXACT = {"rtol": 1e-12, "atol": 0.0}  # counts are integers or ratios of integers
+
+# The counting model, written out once (the lab's table): full-size passes and FLOPs per element.
+PASSES = {
+    ("layernorm", "naive"): 12,  # mean 1, centre 2, square 2, mean 1, divide 2, *gamma 2, +beta 2
+    ("rmsnorm", "naive"): 7,  # square 2, mean 1, divide 2, *gamma 2
+    ("layernorm", "fused"): 2,  # read x, write y
+    ("rmsnorm", "fused"): 2,
+}
+READS = {
+    ("layernorm", "naive"): 7,
+    ("rmsnorm", "naive"): 4,
+    ("layernorm", "fused"): 1,
+    ("rmsnorm", "fused"): 1,
+}
+FLOPS_PER_ELEMENT = {"layernorm": 7, "rmsnorm": 4}
+CASES = [(norm, impl) for norm in ("layernorm", "rmsnorm") for impl in ("naive", "fused")]
+
+
+# ----------------------------------------------------------------------------- oracle
+
+
+def _tensor(a):
+    import torch
+
+    return torch.tensor(np.asarray(a, dtype=np.float64))
+
+
+def oracle_rms(x, gamma, eps):
+    import torch.nn.functional as F
+
+    return F.rms_norm(_tensor(x), (x.shape[-1],), _tensor(gamma), eps).numpy()
+
+
+def oracle_layer(x, gamma, beta, eps):
+    import torch.nn.functional as F
+
+    d = x.shape[-1]
+    return F.layer_norm(_tensor(x), (d,), _tensor(gamma), _tensor(beta), eps).numpy()
+
+
+# ----------------------------------------------------------------------------- norm probes
+
+
+def _rms_variant(denominator, use_gamma=True):
+    def forward(x, gamma, eps, out=None):
+        x = np.asarray(x, np.float64)
+        y = x / denominator(x, eps)
+        return y * gamma if use_gamma else y
+
+    return forward
+
+
+RMS_PROBES = [
+    Probe(
+        "eps outside the root",
+        "This matches x / (sqrt(mean(x**2)) + eps). Keep eps inside the root, as "
+        "F.rms_norm does: 1 / sqrt(mean(x**2) + eps).",
+        _rms_variant(lambda x, eps: np.sqrt((x**2).mean(-1, keepdims=True)) + eps),
+    ),
+    Probe(
+        "sum of squares instead of mean",
+        "This matches sqrt(sum(x**2) + eps): a dot product of a row with itself (einsum "
+        "'...i,...i->...') is a *sum*; divide it by d to get the mean square.",
+        _rms_variant(lambda x, eps: np.sqrt((x**2).sum(-1, keepdims=True) + eps)),
+    ),
+    Probe(
+        "subtracts the mean",
+        "This matches LayerNorm without beta: RMSNorm does not re-centre the row.",
+        lambda x, gamma, eps, out=None: (
+            gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+        ),
+    ),
+    Probe(
+        "gamma missing",
+        "This matches x / RMS(x) without the gain: multiply by gamma in the same pass that "
+        "writes the output.",
+        _rms_variant(lambda x, eps: np.sqrt((x**2).mean(-1, keepdims=True) + eps), False),
+    ),
+    Probe(
+        "square root missing",
+        "This matches x / (mean(x**2) + eps): scale by 1 / sqrt(mean(x**2) + eps).",
+        _rms_variant(lambda x, eps: (x**2).mean(-1, keepdims=True) + eps),
+    ),
+]
+
+
+def _layer_variant(variance="two-pass", eps_inside=True, use_beta=True, use_gamma=True):
+    def forward(x, gamma, beta, eps, out=None):
+        x = np.asarray(x)
+        mean = x.mean(-1, keepdims=True)
+        if variance == "one-pass":  # E[x^2] - E[x]^2 in the input's precision
+            var = (x * x).mean(-1, keepdims=True) - mean * mean
+        elif variance == "mean square":
+            var = (x * x).mean(-1, keepdims=True)
+        else:
+            var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        var = np.asarray(var, np.float64)
+        denominator = np.sqrt(var + eps) if eps_inside else np.sqrt(var) + eps
+        y = (np.asarray(x, np.float64) - mean) / denominator
+        y = y * gamma if use_gamma else y
+        return y + beta if use_beta else y
+
+    return forward
+
+
+LAYER_PROBES = [
+    Probe(
+        "eps outside the root",
+        "This matches (x - mean) / (sqrt(var) + eps). Keep eps inside the root: "
+        "1 / sqrt(var + eps).",
+        _layer_variant(eps_inside=False),
+    ),
+    Probe(
+        "one-pass variance in float32",
+        "This matches var = mean(x**2) - mean(x)**2 computed in float32: with a large offset "
+        "(x ~ 1e4 + noise) both terms are ~1e8 and their difference loses every digit "
+        "(catastrophic cancellation). Keep the two passes: first the mean, then the mean of "
+        "(x - mean)**2 — or accumulate in float64.",
+        _layer_variant(variance="one-pass"),
+    ),
+    Probe(
+        "mean square instead of variance",
+        "This divides by sqrt(mean(x**2) + eps), RMSNorm's statistic. LayerNorm divides the "
+        "centred row by its standard deviation: sqrt(mean((x - mean)**2) + eps).",
+        _layer_variant(variance="mean square"),
+    ),
+    Probe(
+        "beta missing",
+        "This matches the output without the bias: finish with + beta.",
+        _layer_variant(use_beta=False),
+    ),
+    Probe(
+        "gamma missing",
+        "This matches the output without the gain: multiply by gamma before adding beta.",
+        _layer_variant(use_gamma=False),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- counting probes
+
+
+def _bytes_variant(per_pass, scale=1):
+    def count(norm, implementation, n_rows, d, itemsize):
+        key = (norm, implementation)
+        return per_pass[key] * n_rows * d * itemsize * scale
+
+    return count
+
+
+def _bytes_swapped(norm, implementation, n_rows, d, itemsize):
+    other = "fused" if implementation == "naive" else "naive"
+    return PASSES[(norm, other)] * n_rows * d * itemsize
+
+
+BYTES_PROBES = [
+    Probe(
+        "reads only",
+        "This matches counting only the reads. Every operation that produces a full-size array "
+        "also writes it to memory: a write costs bandwidth like a read (a copy of x moves "
+        "2 * x.nbytes).",
+        _bytes_variant(READS),
+    ),
+    Probe(
+        "elements, not bytes",
+        "This matches a count of elements. Multiply by the item size (4 bytes for float32, 2 "
+        "for bfloat16).",
+        lambda norm, impl, n_rows, d, itemsize: PASSES[(norm, impl)] * n_rows * d,
+    ),
+    Probe(
+        "bits, not bytes",
+        "This is 8 times the right count: itemsize is already in bytes.",
+        _bytes_variant(PASSES, 8),
+    ),
+    Probe(
+        "reductions counted as read + write",
+        "This counts a mean over the last axis as a full-size read AND write. A reduction reads "
+        "its (n_rows, d) input once and writes only n_rows numbers, which the rule ignores.",
+        _bytes_variant(
+            {
+                ("layernorm", "naive"): 14,
+                ("rmsnorm", "naive"): 8,
+                ("layernorm", "fused"): 2,
+                ("rmsnorm", "fused"): 2,
+            }
+        ),
+    ),
+    Probe(
+        "naive and fused swapped",
+        "This is the other implementation's count: the naive code makes many full passes, a "
+        "fused kernel exactly two (read x, write y).",
+        _bytes_swapped,
+    ),
+]
+
+
+def _intensity_variant(kind):
+    def intensity(norm, implementation, itemsize):
+        flops = FLOPS_PER_ELEMENT[norm]
+        bytes_per_element = PASSES[(norm, implementation)] * itemsize
+        if kind == "inverted":
+            return bytes_per_element / flops
+        if kind == "flops":
+            return float(flops)
+        if kind == "fused bytes":
+            return flops / (2 * itemsize)
+        if kind == "per pass":
+            return flops / itemsize
+        raise ValueError(kind)
+
+    return intensity
+
+
+INTENSITY_PROBES = [
+    Probe(
+        "bytes per FLOP",
+        "This is bytes / FLOPs, the inverse. Arithmetic intensity is FLOPs per byte moved.",
+        _intensity_variant("inverted"),
+    ),
+    Probe(
+        "FLOPs per element",
+        "This is the number of FLOPs per element. Divide by the bytes moved per element "
+        "(passes * itemsize).",
+        _intensity_variant("flops"),
+    ),
+    Probe(
+        "fused bytes for every implementation",
+        "This divides by the bytes of a fused kernel (2 * itemsize per element) for the naive "
+        "code too: the naive code does the same FLOPs but moves more bytes, so its intensity is "
+        "lower.",
+        _intensity_variant("fused bytes"),
+    ),
+    Probe(
+        "one pass only",
+        "This divides by itemsize alone (one pass). Count every full-size read and write.",
+        _intensity_variant("per pass"),
+    ),
+]
+
+
+ROOFLINE_PROBES = [
+    Probe(
+        "sum of the two times",
+        "This adds compute time and memory time. On the roofline model the two overlap: the "
+        "time is the larger of the two, max(flops / peak_flops, bytes / bandwidth).",
+        lambda f, b, p, w: f / p + b / w,
+    ),
+    Probe(
+        "smaller of the two times",
+        "This is the smaller of the two times; the slower resource sets the pace: take the max.",
+        lambda f, b, p, w: min(f / p, b / w),
+    ),
+    Probe(
+        "memory time only",
+        "This ignores the compute bound: the time is max(flops / peak_flops, bytes / bandwidth); "
+        "a compute-heavy operation can be limited by arithmetic.",
+        lambda f, b, p, w: b / w,
+    ),
+    Probe(
+        "compute time only",
+        "This ignores memory: the time is max(flops / peak_flops, bytes / bandwidth), and a "
+        "normalization layer is limited by bandwidth.",
+        lambda f, b, p, w: f / p,
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def rows(rng, shape, offset_scale=2.0):
+    """Rows with different offsets and scales (the mean and the RMS both matter)."""
+    lead = shape[:-1] + (1,)
+    scales = rng.uniform(0.5, 3.0, size=lead)
+    return (rng.normal(size=shape) + rng.uniform(-offset_scale, offset_scale, size=lead)) * scales
+
+
+def params(rng, d, dtype=np.float64):
+    return rng.normal(1.0, 0.5, size=d).astype(dtype), rng.normal(0.0, 0.5, size=d).astype(dtype)
+
+
+def _rms_case(sub, x, gamma, what, tol=F64, dtype=None, out=None):
+    result = sub.call("rmsnorm_two_pass", x, gamma, eps=EPS, out=out)
+    expect_array(
+        result,
+        oracle_rms(x, gamma, EPS),
+        what=f"rmsnorm_two_pass, {what}",
+        candidates=evaluate(RMS_PROBES, x, gamma, EPS),
+        dtype=dtype,
+        **tol,
+    )
+
+
+def _layer_case(sub, x, gamma, beta, what, tol=F64, dtype=None, out=None):
+    result = sub.call("layernorm_two_pass", x, gamma, beta, eps=EPS, out=out)
+    expect_array(
+        result,
+        oracle_layer(x, gamma, beta, EPS),
+        what=f"layernorm_two_pass, {what}",
+        candidates=evaluate(LAYER_PROBES, x, gamma, beta, EPS),
+        dtype=dtype,
+        **tol,
+    )
+
+
+# ----------------------------------------------------------------------------- norm checks
+
+
+@LAB.check("RMSNorm two-pass matches torch, (N, d) and (B, L, d)", 2, ["rmsnorm_two_pass"])
+def rms_random(sub):
+    rng = np.random.default_rng(700)
+    for shape in [(6, 8), (2, 3, 16)]:
+        gamma, _ = params(rng, shape[-1])
+        _rms_case(sub, rows(rng, shape), gamma, f"x of shape {shape}")
+
+
+@LAB.check(
+    "RMSNorm two-pass: float32 stays float32, a zero row, a non-contiguous view",
+    1,
+    ["rmsnorm_two_pass"],
+)
+def rms_edges(sub):
+    rng = np.random.default_rng(701)
+    gamma, _ = params(rng, 64, np.float32)
+    x32 = rows(rng, (5, 64)).astype(np.float32)
+    _rms_case(sub, x32, gamma, "float32 x of shape (5, 64)", F32, np.float32)
+    x = rows(rng, (4, 16))
+    x[0] = 0.0
+    x[1] *= 1e-3  # RMS ~ sqrt(eps): inside vs outside the root differ most
+    _rms_case(sub, x, params(rng, 16)[0], "rows of zeros and of RMS ~3e-3")
+    wide = rows(rng, (4, 32))
+    _rms_case(sub, wide[:, ::2], params(rng, 16)[0], "a non-contiguous view x[:, ::2]")
+
+
+@LAB.check("RMSNorm two-pass writes into a given out and returns it", 1, ["rmsnorm_two_pass"])
+def rms_out(sub):
+    rng = np.random.default_rng(702)
+    x = rows(rng, (3, 4, 8))
+    _rms_case(sub, x, params(rng, 8)[0], "with out= a preallocated array", out=np.ones_like(x))
+
+
+@LAB.check("LayerNorm two-pass matches torch, (N, d) and (B, L, d)", 2, ["layernorm_two_pass"])
+def layer_random(sub):
+    rng = np.random.default_rng(710)
+    for shape in [(6, 8), (2, 3, 16)]:
+        gamma, beta = params(rng, shape[-1])
+        _layer_case(sub, rows(rng, shape), gamma, beta, f"x of shape {shape}")
+
+
+@LAB.check(
+    "LayerNorm two-pass in float32 with an offset of 1e4 (no cancellation)",
+    2,
+    ["layernorm_two_pass"],
+)
+def layer_offset(sub):
+    rng = np.random.default_rng(711)
+    gamma, beta = params(rng, 64, np.float32)
+    x = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
+    _layer_case(sub, x, gamma, beta, "float32 x = 1e4 + noise, shape (4, 64)", OFFSET, np.float32)
+
+
+@LAB.check(
+    "LayerNorm two-pass: a constant row, d = 1, a non-contiguous view, out=",
+    1,
+    ["layernorm_two_pass"],
+)
+def layer_edges(sub):
+    rng = np.random.default_rng(712)
+    x = rows(rng, (4, 8))
+    x[0] = 3.0  # variance exactly 0: the output is beta
+    x[1] = 3.0 + 1e-3 * rng.normal(size=8)  # variance ~1e-6, below eps
+    gamma, beta = params(rng, 8)
+    _layer_case(sub, x, gamma, beta, "a constant row and a row of variance ~1e-6")
+    _layer_case(sub, rows(rng, (5, 1)), gamma[:1], beta[:1], "d = 1")
+    wide = rows(rng, (3, 16))
+    _layer_case(sub, wide[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2]")
+    x = rows(rng, (2, 3, 8))
+    _layer_case(sub, x, gamma, beta, "with out= a preallocated array", out=np.ones_like(x))
+
+
+# ----------------------------------------------------------------------------- counting checks
+
+
+def _expect_number(sub, name, args, expected, probes, what):
+    expect_array(
+        sub.call(name, *args),
+        np.asarray(float(expected)),
+        what=what,
+        candidates=evaluate(probes, *args),
+        kinds=("scalar", "ndarray"),
+        **EXACT,
+    )
+
+
+@LAB.check("bytes_moved: naive and fused, LayerNorm and RMSNorm", 2, ["bytes_moved"])
+def bytes_cases(sub):
+    for norm, impl in CASES:
+        for n_rows, d, itemsize in [(32768, 768, 4), (10, 3, 2)]:
+            args = (norm, impl, n_rows, d, itemsize)
+            expected = PASSES[(norm, impl)] * n_rows * d * itemsize
+            what = f"bytes_moved{args}"
+            _expect_number(sub, "bytes_moved", args, expected, BYTES_PROBES, what)
+
+
+@LAB.check("arithmetic_intensity in FLOPs per byte", 2, ["arithmetic_intensity"])
+def intensity_cases(sub):
+    for norm, impl in CASES:
+        for itemsize in (4, 2):
+            args = (norm, impl, itemsize)
+            expected = FLOPS_PER_ELEMENT[norm] / (PASSES[(norm, impl)] * itemsize)
+            what = f"arithmetic_intensity{args}"
+            _expect_number(sub, "arithmetic_intensity", args, expected, INTENSITY_PROBES, what)
+
+
+@LAB.check("roofline_time: the larger of compute and memory time", 2, ["roofline_time"])
+def roofline_cases(sub):
+    for args in [
+        (1.0e8, 2.0e8, 6.7e13, 4.8e12),  # a norm on an H200: memory-bound
+        (1.0e12, 1.0e8, 6.7e13, 4.8e12),  # a large matrix product: compute-bound
+        (3.0e9, 1.5e9, 1.0e11, 2.0e10),  # a CPU
+    ]:
+        expected = max(args[0] / args[2], args[1] / args[3])
+        what = (
+            "roofline_time(flops={:g}, bytes_moved={:g}, peak_flops={:g}, bandwidth={:g})".format(
+                *args
+            )
+        )
+        _expect_number(sub, "roofline_time", args, expected, ROOFLINE_PROBES, what)
+
+
+def _is_letter(letter):
+    def accepted(answer) -> bool:
+        return isinstance(answer, str) and answer.strip().strip("()").lower() == letter
+
+    return accepted
+
+
+@LAB.check("problem 3: what the benchmark shows (multiple choice)", 1, ["COST_ANSWER"])
+def cost_answer(sub):
+    expect_value(
+        sub.get("COST_ANSWER"),
+        _is_letter("c"),
+        what="COST_ANSWER",
+        hint="Compare each statement with the measured table in the chapter: the naive rows, "
+        "the fused/compiled rows, and where each stands against the copy.",
+    )

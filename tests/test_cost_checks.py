@@ -1,0 +1,374 @@
+"""The cost lab's checks: right code passes; each known bug fails WITH its hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from normlab.grader import notebook
+from normlab.grader.checks import cost
+
+RMS_HINTS = {probe.name: probe.hint for probe in cost.RMS_PROBES}
+LAYER_HINTS = {probe.name: probe.hint for probe in cost.LAYER_PROBES}
+BYTES_HINTS = {probe.name: probe.hint for probe in cost.BYTES_PROBES}
+INTENSITY_HINTS = {probe.name: probe.hint for probe in cost.INTENSITY_PROBES}
+ROOFLINE_HINTS = {probe.name: probe.hint for probe in cost.ROOFLINE_PROBES}
+
+
+def run(**functions):
+    _, results = notebook.run(lab="07_cost", **functions)
+    return results
+
+
+def messages(results) -> str:
+    return "\n".join(r.message for r in results if not r.passed)
+
+
+# ----------------------------------------------------------------------------- references
+# Written here, independently of the solution notebook, as the tests' own right answers.
+
+
+def rms(x, gamma, eps=1e-5, out=None):
+    y = gamma * x / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + eps)
+    if out is None:
+        return y
+    out[...] = y
+    return out
+
+
+def layer(x, gamma, beta, eps=1e-5, out=None):
+    mean = np.mean(x, axis=-1, keepdims=True)
+    std = np.sqrt(np.mean(np.square(x - mean), axis=-1, keepdims=True) + eps)
+    return gamma * (x - mean) / std + beta
+
+
+# Operation by operation, as the lab lists the naive code: (reads, writes) of full-size arrays.
+NAIVE_OPERATIONS = {
+    "rmsnorm": [(1, 1), (1, 0), (1, 1), (1, 1)],  # x**2, .mean, x / rms, * gamma
+    "layernorm": [(1, 0), (1, 1), (1, 1), (1, 0), (1, 1), (1, 1), (1, 1)],
+}
+
+
+def full_passes(norm, implementation):
+    if implementation == "fused":
+        return 2
+    return sum(reads + writes for reads, writes in NAIVE_OPERATIONS[norm])
+
+
+def bytes_moved(norm, implementation, n_rows, d, itemsize):
+    return full_passes(norm, implementation) * n_rows * d * itemsize
+
+
+def arithmetic_intensity(norm, implementation, itemsize):
+    flops = len(NAIVE_OPERATIONS[norm])  # one FLOP per element per operation listed
+    return flops / (full_passes(norm, implementation) * itemsize)
+
+
+def roofline_time(flops, bytes_moved, peak_flops, bandwidth):
+    return max(flops / peak_flops, bytes_moved / bandwidth)
+
+
+RIGHT = {
+    "rmsnorm_two_pass": rms,
+    "layernorm_two_pass": layer,
+    "bytes_moved": bytes_moved,
+    "arithmetic_intensity": arithmetic_intensity,
+    "roofline_time": roofline_time,
+    "COST_ANSWER": "c",
+}
+
+
+def test_right_answers_get_full_marks():
+    results = run(**RIGHT)
+    assert all(r.passed for r in results), messages(results)
+    assert sum(r.points for r in results) == cost.LAB.max_score
+
+
+def test_counting_references_agree_with_the_lab_table():
+    # The tests' operation lists and the module's table were written separately.
+    for norm, impl in cost.CASES:
+        assert full_passes(norm, impl) == cost.PASSES[(norm, impl)]
+        assert len(NAIVE_OPERATIONS[norm]) == cost.FLOPS_PER_ELEMENT[norm]
+
+
+def test_the_answer_may_be_written_with_parentheses_or_capital():
+    for answer in ["(c)", "C", " c "]:
+        results = run(COST_ANSWER=answer)
+        assert all(r.passed for r in results), answer
+
+
+@pytest.mark.parametrize("answer", ["a", "b", "d", None, 3])
+def test_wrong_answers_fail(answer):
+    results = run(COST_ANSWER=answer)
+    assert not any(r.passed for r in results)
+
+
+# ----------------------------------------------------------------------------- RMSNorm bugs
+
+
+def rms_eps_outside(x, gamma, eps=1e-5, out=None):
+    return gamma * x / (np.sqrt(np.mean(x * x, axis=-1, keepdims=True)) + eps)
+
+
+def rms_sum(x, gamma, eps=1e-5, out=None):
+    return gamma * x / np.sqrt(np.einsum("...i,...i->...", x, x)[..., None] + eps)
+
+
+def rms_centred(x, gamma, eps=1e-5, out=None):
+    return layer(x, gamma, 0.0, eps)
+
+
+def rms_no_gamma(x, gamma, eps=1e-5, out=None):
+    return rms(x, np.ones_like(gamma), eps)
+
+
+def rms_no_sqrt(x, gamma, eps=1e-5, out=None):
+    return gamma * x / (np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (rms_eps_outside, "eps outside the root"),
+        (rms_sum, "sum of squares instead of mean"),
+        (rms_centred, "subtracts the mean"),
+        (rms_no_gamma, "gamma missing"),
+        (rms_no_sqrt, "square root missing"),
+    ],
+)
+def test_rms_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(rmsnorm_two_pass=buggy)
+    assert not all(r.passed for r in results)
+    assert RMS_HINTS[probe] in messages(results)
+
+
+def test_rms_float32_promoted_to_float64_is_reported():
+    def promotes(x, gamma, eps=1e-5, out=None):
+        return rms(x.astype(np.float64), gamma, eps)
+
+    text = messages(run(rmsnorm_two_pass=promotes))
+    assert "dtype is float64 but the input was float32" in text
+
+
+def test_rms_that_writes_out_but_returns_nothing_fails():
+    def returns_none(x, gamma, eps=1e-5, out=None):
+        rms(x, gamma, eps, out if out is not None else np.empty_like(x))
+
+    results = run(rmsnorm_two_pass=returns_none)
+    assert not any(r.passed for r in results)
+    assert "returned None" in messages(results)
+
+
+def test_rms_library_call_earns_no_points():
+    def library(x, gamma, eps=1e-5, out=None):
+        import torch
+        import torch.nn.functional as F
+
+        return F.rms_norm(torch.from_numpy(x), (x.shape[-1],), torch.from_numpy(gamma), eps).numpy()
+
+    results = run(rmsnorm_two_pass=library)
+    assert not any(r.passed for r in results)
+    assert "from scratch" in messages(results)
+
+
+# ----------------------------------------------------------------------------- LayerNorm bugs
+
+
+def layer_eps_outside(x, gamma, beta, eps=1e-5, out=None):
+    mean = x.mean(-1, keepdims=True)
+    return gamma * (x - mean) / (np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True)) + eps) + beta
+
+
+def layer_one_pass(x, gamma, beta, eps=1e-5, out=None):
+    mean = x.mean(-1, keepdims=True)
+    variance = (x * x).mean(-1, keepdims=True) - mean * mean  # in float32 for float32 x
+    return (gamma * (x - mean) / np.sqrt(variance.astype(np.float64) + eps) + beta).astype(x.dtype)
+
+
+def layer_mean_square(x, gamma, beta, eps=1e-5, out=None):
+    mean = x.mean(-1, keepdims=True)
+    return gamma * (x - mean) / np.sqrt((x * x).mean(-1, keepdims=True) + eps) + beta
+
+
+def layer_no_beta(x, gamma, beta, eps=1e-5, out=None):
+    return layer(x, gamma, 0.0 * beta, eps)
+
+
+def layer_no_gamma(x, gamma, beta, eps=1e-5, out=None):
+    return layer(x, np.ones_like(gamma), beta, eps)
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (layer_eps_outside, "eps outside the root"),
+        (layer_one_pass, "one-pass variance in float32"),
+        (layer_mean_square, "mean square instead of variance"),
+        (layer_no_beta, "beta missing"),
+        (layer_no_gamma, "gamma missing"),
+    ],
+)
+def test_layer_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(layernorm_two_pass=buggy)
+    assert not all(r.passed for r in results)
+    assert LAYER_HINTS[probe] in messages(results)
+
+
+def test_one_pass_variance_fails_only_with_the_offset():
+    results = {r.name: r for r in run(layernorm_two_pass=layer_one_pass)}
+    assert results["LayerNorm two-pass matches torch, (N, d) and (B, L, d)"].passed
+    assert not results[
+        "LayerNorm two-pass in float32 with an offset of 1e4 (no cancellation)"
+    ].passed
+
+
+def test_float32_centring_passes_the_offset_case():
+    def float32_throughout(x, gamma, beta, eps=1e-5, out=None):
+        centred = x - x.mean(-1, keepdims=True)
+        variance = (centred * centred).mean(-1, keepdims=True)
+        return (centred / np.sqrt(variance + np.float32(eps)) * gamma + beta).astype(x.dtype)
+
+    results = run(layernorm_two_pass=float32_throughout)
+    assert all(r.passed for r in results), messages(results)
+
+
+def test_unbiased_variance_fails():
+    def unbiased(x, gamma, beta, eps=1e-5, out=None):
+        mean = x.mean(-1, keepdims=True)
+        return gamma * (x - mean) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta
+
+    assert not all(r.passed for r in run(layernorm_two_pass=unbiased))
+
+
+# ----------------------------------------------------------------------------- counting bugs
+
+
+def bytes_reads_only(norm, implementation, n_rows, d, itemsize):
+    if implementation == "fused":
+        return n_rows * d * itemsize
+    return len(NAIVE_OPERATIONS[norm]) * n_rows * d * itemsize  # every operation reads once
+
+
+def bytes_elements(norm, implementation, n_rows, d, itemsize):
+    return bytes_moved(norm, implementation, n_rows, d, 1)
+
+
+def bytes_bits(norm, implementation, n_rows, d, itemsize):
+    return bytes_moved(norm, implementation, n_rows, d, 8 * itemsize)
+
+
+def bytes_reduction_writes(norm, implementation, n_rows, d, itemsize):
+    extra = 0 if implementation == "fused" else {"rmsnorm": 1, "layernorm": 2}[norm]
+    return bytes_moved(norm, implementation, n_rows, d, itemsize) + extra * n_rows * d * itemsize
+
+
+def bytes_swapped(norm, implementation, n_rows, d, itemsize):
+    other = {"fused": "naive", "naive": "fused"}[implementation]
+    return bytes_moved(norm, other, n_rows, d, itemsize)
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (bytes_reads_only, "reads only"),
+        (bytes_elements, "elements, not bytes"),
+        (bytes_bits, "bits, not bytes"),
+        (bytes_reduction_writes, "reductions counted as read + write"),
+        (bytes_swapped, "naive and fused swapped"),
+    ],
+)
+def test_bytes_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(bytes_moved=buggy)
+    assert not all(r.passed for r in results)
+    assert BYTES_HINTS[probe] in messages(results)
+
+
+def test_bytes_off_by_one_pass_fails():
+    def one_more(norm, implementation, n_rows, d, itemsize):
+        return bytes_moved(norm, implementation, n_rows, d, itemsize) + n_rows * d * itemsize
+
+    assert not any(r.passed for r in run(bytes_moved=one_more))
+
+
+def test_bytes_as_numpy_integer_or_float_is_accepted():
+    def as_numpy(norm, implementation, n_rows, d, itemsize):
+        return np.int64(bytes_moved(norm, implementation, n_rows, d, itemsize))
+
+    def as_float(norm, implementation, n_rows, d, itemsize):
+        return float(bytes_moved(norm, implementation, n_rows, d, itemsize))
+
+    for function in (as_numpy, as_float):
+        assert all(r.passed for r in run(bytes_moved=function)), function.__name__
+
+
+def test_bytes_returning_a_string_is_reported():
+    results = run(bytes_moved=lambda *args: "201 MB")
+    assert not any(r.passed for r in results)
+
+
+def intensity_inverted(norm, implementation, itemsize):
+    return 1.0 / arithmetic_intensity(norm, implementation, itemsize)
+
+
+def intensity_flops(norm, implementation, itemsize):
+    return float(len(NAIVE_OPERATIONS[norm]))
+
+
+def intensity_fused_bytes(norm, implementation, itemsize):
+    return arithmetic_intensity(norm, "fused", itemsize)
+
+
+def intensity_one_pass(norm, implementation, itemsize):
+    return len(NAIVE_OPERATIONS[norm]) / itemsize
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (intensity_inverted, "bytes per FLOP"),
+        (intensity_flops, "FLOPs per element"),
+        (intensity_fused_bytes, "fused bytes for every implementation"),
+        (intensity_one_pass, "one pass only"),
+    ],
+)
+def test_intensity_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(arithmetic_intensity=buggy)
+    assert not all(r.passed for r in results)
+    assert INTENSITY_HINTS[probe] in messages(results)
+
+
+def test_intensity_with_swapped_flop_counts_fails():
+    def swapped(norm, implementation, itemsize):
+        other = {"rmsnorm": "layernorm", "layernorm": "rmsnorm"}[norm]
+        return len(NAIVE_OPERATIONS[other]) / (full_passes(norm, implementation) * itemsize)
+
+    assert not any(r.passed for r in run(arithmetic_intensity=swapped))
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (lambda f, b, p, w: f / p + b / w, "sum of the two times"),
+        (lambda f, b, p, w: min(f / p, b / w), "smaller of the two times"),
+        (lambda f, b, p, w: b / w, "memory time only"),
+        (lambda f, b, p, w: f / p, "compute time only"),
+    ],
+)
+def test_roofline_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(roofline_time=buggy)
+    assert not all(r.passed for r in results)
+    assert ROOFLINE_HINTS[probe] in messages(results)
+
+
+def test_roofline_in_microseconds_fails():
+    results = run(roofline_time=lambda f, b, p, w: 1e6 * max(f / p, b / w))
+    assert not any(r.passed for r in results)
+
+
+def test_h200_numbers_of_the_chapter():
+    # (64, 512, 768) float32, fused: 201.3 MB; H200 4.8 TB/s and 67 TFLOP/s FP32.
+    n = 64 * 512 * 768
+    moved = bytes_moved("rmsnorm", "fused", 64 * 512, 768, 4)
+    assert moved == 8 * n == 201_326_592
+    assert roofline_time(4 * n, moved, 67e12, 4.8e12) == pytest.approx(41.94e-6, rel=1e-3)
+    assert roofline_time(7 * n, moved, 67e12, 4.8e12) == roofline_time(4 * n, moved, 67e12, 4.8e12)
