@@ -22,24 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
-
-LIBRARY_NORMS = [
-    "torch.nn.functional.batch_norm",
-    "torch.batch_norm",
-    "torch.native_batch_norm",
-    "torch.nn.BatchNorm1d",
-    "torch.nn.BatchNorm2d",
-    "torch.nn.functional.instance_norm",
-    "torch.nn.functional.layer_norm",
-    "torch.nn.functional.group_norm",
-]
-AUTOGRAD = [
-    "torch.autograd.grad",
-    "torch.autograd.backward",
-    "torch.Tensor.backward",
-    "torch.func.vjp",
-]
 
 LAB = Lab(
     stem="02_batchnorm",

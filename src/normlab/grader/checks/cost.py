@@ -23,19 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.core import Lab
+from normlab.grader.forbidden import LIBRARY_NORMS
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
-
-LIBRARY_NORMS = [
-    "torch.nn.functional.rms_norm",
-    "torch.rms_norm",
-    "torch.nn.RMSNorm",
-    "torch.nn.functional.layer_norm",
-    "torch.layer_norm",
-    "torch.native_layer_norm",
-    "torch.nn.LayerNorm",
-    "torch.nn.functional.group_norm",
-    "torch.nn.GroupNorm",
-]
 
 LAB = Lab(
     stem="07_cost",

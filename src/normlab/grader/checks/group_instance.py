@@ -26,36 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab, RaisedError
+from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
-
-LIBRARY_NORMS = [
-    "torch.nn.functional.group_norm",
-    "torch.group_norm",
-    "torch.native_group_norm",
-    "torch.nn.GroupNorm",
-    "torch.nn.functional.instance_norm",
-    "torch.instance_norm",
-    "torch.nn.InstanceNorm1d",
-    "torch.nn.InstanceNorm2d",
-    "torch.nn.InstanceNorm3d",
-    "torch.nn.functional.batch_norm",
-    "torch.batch_norm",
-    "torch.nn.BatchNorm1d",
-    "torch.nn.BatchNorm2d",
-    "torch.nn.functional.layer_norm",
-    "torch.layer_norm",
-    "torch.native_layer_norm",
-    "torch.nn.LayerNorm",
-    "torch.nn.functional.rms_norm",
-    "torch.nn.RMSNorm",
-]
-AUTOGRAD = [
-    "torch.autograd.grad",
-    "torch.autograd.backward",
-    "torch.Tensor.backward",
-    "torch.func.vjp",
-    "torch.func.grad",
-]
 
 LAB = Lab(
     stem="05_group_instance",

@@ -16,24 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import Probe, array_of, evaluate, expect_array, expect_value
-
-LIBRARY_NORMS = [
-    "torch.nn.functional.layer_norm",
-    "torch.layer_norm",
-    "torch.native_layer_norm",
-    "torch.nn.LayerNorm",
-    "torch.nn.functional.group_norm",
-    "torch.nn.GroupNorm",
-    "torch.nn.functional.rms_norm",
-    "torch.nn.RMSNorm",
-]
-AUTOGRAD = [
-    "torch.autograd.grad",
-    "torch.autograd.backward",
-    "torch.Tensor.backward",
-    "torch.func.vjp",
-]
 
 LAB = Lab(
     stem="03_layernorm",

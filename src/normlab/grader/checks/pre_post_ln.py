@@ -23,19 +23,9 @@ import re
 import numpy as np
 
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
+from normlab.grader.forbidden import LIBRARY_NORMS
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_value, item_of
 
-LIBRARY_NORMS = [
-    "torch.nn.functional.layer_norm",
-    "torch.layer_norm",
-    "torch.native_layer_norm",
-    "torch.nn.LayerNorm",
-    "torch.nn.functional.rms_norm",
-    "torch.rms_norm",
-    "torch.nn.RMSNorm",
-    "torch.nn.functional.group_norm",
-    "torch.nn.GroupNorm",
-]
 LIBRARY_BLOCKS = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"]
 
 LAB = Lab(
