@@ -176,6 +176,32 @@ def expect_array(
     )
 
 
+def expect_items(
+    out: Output,
+    expected,
+    names: Sequence[str],
+    indices: Sequence[int],
+    *,
+    function: str,
+    what: str,
+    **options,
+) -> None:
+    """``expect_array`` on items ``indices`` of a returned tuple whose items are ``names``.
+
+    E.g. a backward pass returning ``(dx, dgamma, dbeta)``: ``expected`` is the oracle's tuple;
+    ``options`` go to ``expect_array`` (tolerances, candidates, kinds).
+    """
+    for index in indices:
+        expect_array(
+            out,
+            expected[index],
+            what=f"{function} {names[index]}, {what}",
+            index=index,
+            count=len(names),
+            **options,
+        )
+
+
 def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, hint: str) -> None:
     """Fail unless a returned plain value (string or number) is accepted."""
     item = item_of(out, None, what)

@@ -27,7 +27,7 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab, RaisedError
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value
 
 LAB = Lab(
     stem="05_group_instance",
@@ -782,17 +782,16 @@ def _group_backward_case(sub, dy, x, num_groups, gamma, what, indices):
     out = _call(sub, "group_norm_backward", dy, x, num_groups, gamma, eps=EPS)
     expected = oracle_group_norm_backward(dy, x, num_groups, gamma)
     candidates = evaluate(GROUP_BACKWARD_PROBES, dy, x, num_groups, gamma, EPS)
-    names = ("dx", "dgamma", "dbeta")
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"group_norm_backward {names[index]}, {what}",
-            index=index,
-            count=3,
-            candidates=candidates,
-            **F64,
-        )
+    expect_items(
+        out,
+        expected,
+        ("dx", "dgamma", "dbeta"),
+        indices,
+        function="group_norm_backward",
+        what=what,
+        candidates=candidates,
+        **F64,
+    )
 
 
 @LAB.check("GroupNorm backward: dx matches autograd", points=2, uses=["group_norm_backward"])
@@ -877,18 +876,17 @@ def _dyt_backward_case(sub, dy, x, alpha, gamma, what, indices):
     out = sub.call("dyt_backward", dy, x, alpha, gamma)
     expected = oracle_dyt_backward(dy, x, alpha, gamma)
     candidates = evaluate(DYT_BACKWARD_PROBES, dy, x, alpha, gamma)
-    names = ("dx", "dalpha", "dgamma", "dbeta")
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"dyt_backward {names[index]}, {what}",
-            index=index,
-            count=4,
-            candidates=candidates,
-            kinds=("ndarray", "scalar"),
-            **F64,
-        )
+    expect_items(
+        out,
+        expected,
+        ("dx", "dalpha", "dgamma", "dbeta"),
+        indices,
+        function="dyt_backward",
+        what=what,
+        candidates=candidates,
+        kinds=("ndarray", "scalar"),
+        **F64,
+    )
 
 
 @LAB.check("DyT backward: dx matches autograd", points=1, uses=["dyt_backward"])

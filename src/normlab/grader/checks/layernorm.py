@@ -17,7 +17,14 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, array_of, evaluate, expect_array, expect_value
+from normlab.grader.probes import (
+    Probe,
+    array_of,
+    evaluate,
+    expect_array,
+    expect_items,
+    expect_value,
+)
 
 LAB = Lab(
     stem="03_layernorm",
@@ -369,17 +376,16 @@ def _backward_case(sub, dy, x, gamma, what, indices):
     out = sub.call("layernorm_backward", dy, x, gamma, eps=EPS)
     expected = oracle_backward(dy, x, gamma)
     candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
-    names = ("dx", "dgamma", "dbeta")
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"layernorm_backward {names[index]}, {what}",
-            index=index,
-            count=3,
-            candidates=candidates,
-            **F64,
-        )
+    expect_items(
+        out,
+        expected,
+        ("dx", "dgamma", "dbeta"),
+        indices,
+        function="layernorm_backward",
+        what=what,
+        candidates=candidates,
+        **F64,
+    )
 
 
 @LAB.check("backward: dx matches autograd", points=2, uses=["layernorm_backward"])

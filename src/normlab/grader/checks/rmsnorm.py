@@ -20,7 +20,7 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value
 
 LAB = Lab(
     stem="04_rmsnorm",
@@ -476,17 +476,16 @@ def _backward_case(sub, dy, x, gamma, what, indices):
     out = sub.call("rmsnorm_backward", dy, x, gamma, eps=EPS)
     expected = oracle_backward(dy, x, gamma)
     candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
-    names = ("dx", "dgamma")
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"rmsnorm_backward {names[index]}, {what}",
-            index=index,
-            count=2,
-            candidates=candidates,
-            **F64,
-        )
+    expect_items(
+        out,
+        expected,
+        ("dx", "dgamma"),
+        indices,
+        function="rmsnorm_backward",
+        what=what,
+        candidates=candidates,
+        **F64,
+    )
 
 
 @LAB.check("backward: dx matches autograd", points=2, uses=["rmsnorm_backward"])

@@ -25,7 +25,7 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value
 
 LAB = Lab(
     stem="01_why_normalize",
@@ -608,17 +608,16 @@ def _backward_case(sub, x, weights, upstream, activation, what, indices):
     out = sub.call("mlp_backward_grad_norms", x, weights, upstream, activation)
     expected = oracle_backward(x, weights, upstream, activation)
     candidates = evaluate(BACKWARD_PROBES, x, weights, upstream, activation)
-    names = ("input_grad_norms", "weight_grad_norms")
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"mlp_backward_grad_norms {names[index]}, {what}",
-            index=index,
-            count=2,
-            candidates=candidates,
-            **F64,
-        )
+    expect_items(
+        out,
+        expected,
+        ("input_grad_norms", "weight_grad_norms"),
+        indices,
+        function="mlp_backward_grad_norms",
+        what=what,
+        candidates=candidates,
+        **F64,
+    )
 
 
 @LAB.check(
