@@ -179,3 +179,16 @@ def test_csv_gradebook(tmp_path):
     assert (rows["solutions"]["score"], rows["solutions"]["max_score"]) == (str(FULL), str(FULL))
     assert rows["labs"]["score"] == "0"
     assert rows["solutions"]["forward matches torch on random (N, d) inputs"] == "2"
+
+
+def test_parallel_workers_do_not_crash_the_grader():
+    # Two worker threads once imported PyTorch at the same moment and crashed the grader itself
+    # (SIGSEGV in about half the runs). Three runs in a row must all complete.
+    paths = [
+        ROOT / "solutions" / "05_group_instance.ipynb",
+        ROOT / "labs" / "05_group_instance.ipynb",
+    ]
+    for _ in range(3):
+        code, data, stderr = grade(*paths, extra=("--jobs", "2"))
+        assert code == 0, stderr[-500:]
+        assert [s["score"] == s["max_score"] for s in data["submissions"]] == [True, False]

@@ -20,6 +20,20 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def fetch(url: str, process: subprocess.Popen, log: list[str]) -> bytes:
+    """GET url (HTTP 200 required), retrying for a while: the server may still be settling."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                assert answer.status == 200
+                return answer.read()
+        except OSError as error:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise AssertionError(f"{url}: {error}\n" + "".join(log[-20:])) from None
+            time.sleep(1)
+
+
 def test_make_lab_serves_the_start_page():
     port = free_port()
     process = subprocess.Popen(
@@ -42,13 +56,10 @@ def test_make_lab_serves_the_start_page():
             found = re.search(rf"http://(?:localhost|127\.0\.0\.1):{port}/lab\?token=(\w+)", line)
             token = found and found.group(1)
         assert token, "".join(log[-20:])
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{port}/lab?token={token}", timeout=30
-        ) as page:
-            assert page.status == 200
-        url = f"http://127.0.0.1:{port}/api/contents/START_HERE.ipynb?token={token}"
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            assert answer.status == 200 and b"start here" in answer.read()
+        page = fetch(f"http://localhost:{port}/lab?token={token}", process, log)
+        assert b"JupyterLab" in page
+        url = f"http://localhost:{port}/api/contents/START_HERE.ipynb?token={token}"
+        assert b"start here" in fetch(url, process, log)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)

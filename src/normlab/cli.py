@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from pathlib import Path
 
 
@@ -31,13 +30,6 @@ def _hidden_folders(paths: list[str]) -> tuple[str, ...]:
     return tuple(folders)
 
 
-def _import_quietly(name: str) -> None:
-    try:
-        __import__(name)
-    except ImportError:
-        pass
-
-
 def _grade(args) -> int:
     import time
 
@@ -55,8 +47,6 @@ def _grade(args) -> int:
     from normlab.grader.sandbox import bwrap_available
 
     started = time.monotonic()
-    # The oracle needs PyTorch; import it while the first child runs its notebook, not after.
-    threading.Thread(target=_import_quietly, args=("torch",), daemon=True).start()
     try:
         entries = find_submissions(args.paths)
         if args.extra_checks:

@@ -276,6 +276,13 @@ def grade_all(
         else:
             pending.append(index)
 
+    if jobs > 1 and pending:
+        # Import the oracle's library here, once, before worker threads need it: importing a
+        # large native library from two threads at once is asking for a crash.
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass
     with tempfile.TemporaryDirectory(prefix="normlab-fork-") as server_home:
         server = None
         # One notebook gains nothing from a server that first imports what it would import.
