@@ -2,7 +2,8 @@
 
 Every case is a notebook for lab 03 built from the solution notebook (or from nothing) plus one
 attack. ``EXPECTED[name] = (score, text that must appear in its error or messages)``. The
-solution earns 13: 7 for the forward checks, 4 backward, 1 + 1 for practice problem 1.
+solution earns 16: 7 for the forward checks, 4 backward, 2 for practice problem 1, 2 for
+problem 2 and 1 for problem 3.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from conftest import ROOT
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
-FULL, FORWARD = 13, 7
+FULL, FORWARD = 16, 7
 FORWARD_DEF = "def layernorm_forward(x, gamma, beta, eps=1e-5):"
 
 

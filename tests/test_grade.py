@@ -14,7 +14,7 @@ from conftest import ROOT
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
-FULL = 13
+FULL = 16
 
 
 def grade(*paths, extra=()) -> tuple[int, dict, str]:
@@ -54,7 +54,8 @@ def test_solution_full_marks_and_fresh_lab_zero_quickly():
     assert (solution["score"], solution["max_score"], solution["error"]) == (FULL, FULL, None)
     assert (lab["score"], lab["max_score"]) == (0, FULL)
     assert all(not c["passed"] for c in lab["checks"])
-    assert sum("not implemented yet" in c["message"] for c in lab["checks"]) == 10
+    assert sum("not implemented yet" in c["message"] for c in lab["checks"]) == 11
+    assert sum("no answer yet" in c["message"] for c in lab["checks"]) == 3
     assert elapsed < 10, f"grading both took {elapsed:.1f} s"
 
 

@@ -43,15 +43,23 @@ def backward(dy, x, gamma, eps=1e-5):
     return dx, (dy * x_hat).sum(lead), dy.sum(lead)
 
 
+def d2_xhat(x, eps=1e-5):
+    # Through the general forward pass: an independent route to the same closed form.
+    return forward(x, np.ones(2), np.zeros(2), eps)
+
+
 def test_right_answers_get_full_marks():
     results = run(
         layernorm_forward=forward,
         layernorm_backward=backward,
         d1_output=lambda x, gamma, beta: np.broadcast_to(beta, x.shape).copy(),
         D1_ANSWER="(B)",
+        d2_xhat=d2_xhat,
+        D2_ANSWER="a",
+        INVARIANCE_ANSWER=" (A) ",
     )
     assert [r.message for r in results if not r.passed] == []
-    assert sum(r.points for r in results) == 13
+    assert sum(r.points for r in results) == 16
 
 
 # ----------------------------------------------------------------------------- forward bugs
@@ -311,3 +319,42 @@ def test_two_slips_that_give_the_same_answer_are_both_named():
 def test_the_report_is_not_cluttered_by_numpy_warnings(recwarn):
     run(layernorm_forward=no_eps)
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+# ----------------------------------------------------------------------------- problems 2 and 3
+
+
+def _d2_sign_only(x, eps=1e-5):
+    delta = x[..., :1] - x[..., 1:]
+    return np.concatenate([np.sign(delta), -np.sign(delta)], axis=-1)
+
+
+def _d2_no_half(x, eps=1e-5):
+    delta = x[..., :1] - x[..., 1:]
+    return np.concatenate([delta, -delta], axis=-1) / np.sqrt(delta**2 + eps)
+
+
+def _d2_swapped(x, eps=1e-5):
+    return -d2_xhat(x, eps)
+
+
+@pytest.mark.parametrize(
+    "wrong, expected_text",
+    [
+        (_d2_sign_only, "nearly equal features give a smaller x_hat"),
+        (_d2_no_half, "x_1 - mu = (x_1 - x_2) / 2"),
+        (_d2_swapped, "The signs are swapped"),
+    ],
+)
+def test_d2_mistakes_are_explained(wrong, expected_text):
+    (result,) = run(d2_xhat=wrong)
+    assert not result.passed and expected_text in result.message
+
+
+@pytest.mark.parametrize("name", ["D2_ANSWER", "INVARIANCE_ANSWER"])
+@pytest.mark.parametrize(
+    "answer, passes", [("a", True), ("(A)", True), ("b", False), ("d", False), (None, False)]
+)
+def test_problem_2_and_3_multiple_choice(name, answer, passes):
+    (result,) = run(**{name: answer})
+    assert result.passed is passes

@@ -6,6 +6,8 @@ The learner writes, in NumPy::
     layernorm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)
     d1_output(x, gamma, beta) -> y                               # what LN returns when d = 1
     D1_ANSWER = "a" | "b" | "c" | "d"                            # why d = 1 is useless
+    d2_xhat(x, eps=1e-5) -> x_hat                                # problem 2: d = 2 in closed form
+    D2_ANSWER, INVARIANCE_ANSWER                                 # problems 2 and 3
 
 The oracle is PyTorch in float64 (``F.layer_norm`` and autograd) plus invariants; the probes
 are known-wrong variants, each with the hint that explains it.
@@ -33,6 +35,7 @@ LAB = Lab(
         "layernorm_forward": LIBRARY_NORMS,
         "layernorm_backward": LIBRARY_NORMS + AUTOGRAD,
         "d1_output": LIBRARY_NORMS,
+        "d2_xhat": LIBRARY_NORMS,
     },
 )
 
@@ -455,8 +458,15 @@ def problem_d1_output(sub):
         )
 
 
+def _letter(answer) -> str | None:
+    """``"b"``, ``" (B) "`` and ``"b)"`` all mean b; anything else is no letter."""
+    if not isinstance(answer, str):
+        return None
+    return answer.strip().strip("()").strip().lower() or None
+
+
 def _is_b(answer) -> bool:
-    return isinstance(answer, str) and answer.strip().strip("()").lower() == "b"
+    return _letter(answer) == "b"
 
 
 @LAB.check("problem 1: why d = 1 is useless (multiple choice)", points=1, uses=["D1_ANSWER"])
@@ -466,4 +476,96 @@ def problem_d1_answer(sub):
         _is_b,
         what="D1_ANSWER",
         hint="Compute x - mean for a row with a single value, then read the options again.",
+    )
+
+
+# ----------------------------------------------------------------------------- practice problem 2
+
+
+def _d2_probes():
+    def sign_only(x, eps):
+        delta = (x[..., :1] - x[..., 1:]) / 2
+        return np.concatenate([np.sign(delta), -np.sign(delta)], axis=-1)
+
+    def no_half(x, eps):
+        delta = x[..., :1] - x[..., 1:]
+        return np.concatenate([delta, -delta], axis=-1) / np.sqrt(delta**2 + eps)
+
+    def swapped(x, eps):
+        return -sign_only(x, eps) * np.abs(_variant()(x, np.ones(2), np.zeros(2), eps))
+
+    return [
+        Probe(
+            "always plus or minus one",
+            "This is sign(delta) * [1, -1] whatever the input: "
+            "that holds only while delta**2 >> eps. With x_hat = [delta, -delta] / "
+            "sqrt(delta**2 + eps), nearly equal features give a smaller x_hat (and [0, 0] "
+            "when they are equal).",
+            sign_only,
+        ),
+        Probe(
+            "delta without the half",
+            "This uses delta = x_1 - x_2. The mean is halfway "
+            "between the two features, so x_1 - mu = (x_1 - x_2) / 2.",
+            no_half,
+        ),
+        Probe(
+            "features swapped",
+            "The signs are swapped: the larger feature gets +1 "
+            "(x_1 - mu = delta with delta = (x_1 - x_2) / 2).",
+            swapped,
+        ),
+    ]
+
+
+@LAB.check("problem 2: d2_xhat gives x_hat for d = 2 in closed form", points=1, uses=["d2_xhat"])
+def problem_d2_xhat(sub):
+    rng = np.random.default_rng(60)
+    far = rng.normal(size=(5, 2)) * 10
+    near = np.array([[3.0, 3.001], [3.0, 3.0], [-1e-3, 1e-3], [0.5, 0.5 + 4e-3]])
+    ones, zeros = np.ones(2), np.zeros(2)
+    for x, eps, what in [
+        (far, EPS, "well-separated pairs"),
+        (near, EPS, "nearly equal pairs"),
+        (far, 0.0, "eps = 0"),
+    ]:
+        expect_array(
+            sub.call("d2_xhat", x, eps=eps),
+            oracle_forward(x, ones, zeros, eps),
+            what=f"d2_xhat, {what}",
+            candidates=evaluate(_d2_probes(), x, eps),
+            **F64,
+        )
+
+
+@LAB.check(
+    "problem 2: when x_hat is not plus or minus [1, -1] (multiple choice)",
+    points=1,
+    uses=["D2_ANSWER"],
+)
+def problem_d2_answer(sub):
+    expect_value(
+        sub.get("D2_ANSWER"),
+        lambda answer: _letter(answer) == "a",
+        what="D2_ANSWER",
+        hint="Compute x_hat for [3, 3.001] with eps = 1e-5, then read the options again.",
+    )
+
+
+# ----------------------------------------------------------------------------- practice problem 3
+
+
+@LAB.check(
+    "problem 3: LayerNorm's and BatchNorm's invariances (multiple choice)",
+    points=1,
+    uses=["INVARIANCE_ANSWER"],
+)
+def problem_invariance_answer(sub):
+    expect_value(
+        sub.get("INVARIANCE_ANSWER"),
+        lambda answer: _letter(answer) == "a",
+        what="INVARIANCE_ANSWER",
+        hint="Ask over which axis each norm takes its statistics: a shift that is the same for "
+        "every example, or a factor that is the same for every feature of one example, cancels "
+        "only in the statistics over the matching axis.",
     )
