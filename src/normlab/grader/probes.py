@@ -202,6 +202,18 @@ def expect_items(
         )
 
 
+def letter_of(answer) -> str | None:
+    """A multiple-choice answer as a lower-case letter: ``"b"``, ``" (B) "``, ``"b)"`` -> ``"b"``."""
+    if not isinstance(answer, str):
+        return None
+    return answer.strip().strip("()").strip().lower() or None
+
+
+def expect_choice(out: Output, letter: str, *, what: str, hint: str) -> None:
+    """Fail unless a multiple-choice answer is ``letter`` (case, spaces, parentheses ignored)."""
+    expect_value(out, lambda answer: letter_of(answer) == letter, what=what, hint=hint)
+
+
 def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, hint: str) -> None:
     """Fail unless a returned plain value (string or number) is accepted."""
     item = item_of(out, None, what)

@@ -23,7 +23,7 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice
 
 LAB = Lab(
     stem="02_batchnorm",
@@ -793,19 +793,15 @@ def problem_eval_affine(sub):
         )
 
 
-def _letter(answer):
-    return answer.strip().strip("()").lower() if isinstance(answer, str) else None
-
-
 @LAB.check(
     "problem 1: why companions matter in train mode only (multiple choice)",
     points=1,
     uses=["COMPANIONS_ANSWER"],
 )
 def problem_companions(sub):
-    expect_value(
+    expect_choice(
         sub.get("COMPANIONS_ANSWER"),
-        lambda answer: _letter(answer) == "b",
+        "b",
         what="COMPANIONS_ANSWER",
         hint="Ask which numbers the normalization uses in each mode, and who computes them.",
     )

@@ -24,7 +24,7 @@ import numpy as np
 
 from normlab.grader.core import Lab
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice
 
 LAB = Lab(
     stem="07_cost",
@@ -472,18 +472,11 @@ def roofline_cases(sub):
         _expect_number(sub, "roofline_time", args, expected, ROOFLINE_PROBES, what)
 
 
-def _is_letter(letter):
-    def accepted(answer) -> bool:
-        return isinstance(answer, str) and answer.strip().strip("()").lower() == letter
-
-    return accepted
-
-
 @LAB.check("problem 3: what the benchmark shows (multiple choice)", 1, ["COST_ANSWER"])
 def cost_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("COST_ANSWER"),
-        _is_letter("c"),
+        "c",
         what="COST_ANSWER",
         hint="Compare each statement with the measured table in the chapter: the naive rows, "
         "the fused/compiled rows, and where each stands against the copy.",

@@ -27,7 +27,13 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab, RaisedError
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value
+from normlab.grader.probes import (
+    Probe,
+    evaluate,
+    expect_array,
+    expect_choice,
+    expect_items,
+)
 
 LAB = Lab(
     stem="05_group_instance",
@@ -1039,22 +1045,15 @@ def problem_gn1_params(sub):
             )
 
 
-def _is(letter):
-    def accepted(answer) -> bool:
-        return isinstance(answer, str) and answer.strip().strip("()").lower() == letter
-
-    return accepted
-
-
 @LAB.check(
     "problem 2: is GroupNorm(1, C) the same module as LayerNorm? (multiple choice)",
     points=1,
     uses=["GN_LN_ANSWER"],
 )
 def problem_gn_ln_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("GN_LN_ANSWER"),
-        _is("b"),
+        "b",
         what="GN_LN_ANSWER",
         hint="Compare the statistics first, then count the affine parameters of each module.",
     )
@@ -1069,9 +1068,9 @@ def problem_gn_ln_answer(sub):
     uses=["DYT_ANSWER"],
 )
 def problem_dyt_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("DYT_ANSWER"),
-        _is("c"),
+        "c",
         what="DYT_ANSWER",
         hint="Feed DyT 10 x instead of x, and compute what one output element depends on.",
     )

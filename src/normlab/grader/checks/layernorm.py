@@ -24,8 +24,8 @@ from normlab.grader.probes import (
     array_of,
     evaluate,
     expect_array,
+    expect_choice,
     expect_items,
-    expect_value,
 )
 
 LAB = Lab(
@@ -458,22 +458,11 @@ def problem_d1_output(sub):
         )
 
 
-def _letter(answer) -> str | None:
-    """``"b"``, ``" (B) "`` and ``"b)"`` all mean b; anything else is no letter."""
-    if not isinstance(answer, str):
-        return None
-    return answer.strip().strip("()").strip().lower() or None
-
-
-def _is_b(answer) -> bool:
-    return _letter(answer) == "b"
-
-
 @LAB.check("problem 1: why d = 1 is useless (multiple choice)", points=1, uses=["D1_ANSWER"])
 def problem_d1_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("D1_ANSWER"),
-        _is_b,
+        "b",
         what="D1_ANSWER",
         hint="Compute x - mean for a row with a single value, then read the options again.",
     )
@@ -544,9 +533,9 @@ def problem_d2_xhat(sub):
     uses=["D2_ANSWER"],
 )
 def problem_d2_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("D2_ANSWER"),
-        lambda answer: _letter(answer) == "a",
+        "a",
         what="D2_ANSWER",
         hint="Compute x_hat for [3, 3.001] with eps = 1e-5, then read the options again.",
     )
@@ -561,9 +550,9 @@ def problem_d2_answer(sub):
     uses=["INVARIANCE_ANSWER"],
 )
 def problem_invariance_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("INVARIANCE_ANSWER"),
-        lambda answer: _letter(answer) == "a",
+        "a",
         what="INVARIANCE_ANSWER",
         hint="Ask over which axis each norm takes its statistics: a shift that is the same for "
         "every example, or a factor that is the same for every feature of one example, cancels "

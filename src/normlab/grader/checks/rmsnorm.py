@@ -20,7 +20,13 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value
+from normlab.grader.probes import (
+    Probe,
+    evaluate,
+    expect_array,
+    expect_choice,
+    expect_items,
+)
 
 LAB = Lab(
     stem="04_rmsnorm",
@@ -575,19 +581,15 @@ def problem_rmsnorm_jacobian_eps(sub):
     _jacobian_eps(sub, "rms", 83)
 
 
-def _is_b(answer) -> bool:
-    return isinstance(answer, str) and answer.strip().strip("()").lower() == "b"
-
-
 @LAB.check(
     "problem 1: how the two Jacobians compare (multiple choice)",
     points=1,
     uses=["JACOBIAN_ANSWER"],
 )
 def problem_jacobian_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("JACOBIAN_ANSWER"),
-        _is_b,
+        "b",
         what="JACOBIAN_ANSWER",
         hint="Look at which entries of your two Jacobians are zero, and count the terms that "
         "are subtracted from delta_ij in each.",

@@ -25,7 +25,13 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value
+from normlab.grader.probes import (
+    Probe,
+    evaluate,
+    expect_array,
+    expect_choice,
+    expect_items,
+)
 
 LAB = Lab(
     stem="01_why_normalize",
@@ -668,22 +674,15 @@ def backward_deep_and_single(sub):
 # ----------------------------------------------------------------------------- practice problems
 
 
-def _letter(expected: str):
-    def accepted(answer) -> bool:
-        return isinstance(answer, str) and answer.strip().strip("()").lower() == expected
-
-    return accepted
-
-
 @LAB.check(
     "problem 1: the gradient reaching the input of a deep linear net (multiple choice)",
     points=1,
     uses=["BACKWARD_ANSWER"],
 )
 def problem_backward_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("BACKWARD_ANSWER"),
-        _letter("b"),
+        "b",
         what="BACKWARD_ANSWER",
         hint="The backward pass of z = h @ W multiplies the gradient by W.T at every layer; what "
         "is the gain of W.T when W has entries N(0, g**2 / d)?",
@@ -696,9 +695,9 @@ def problem_backward_answer(sub):
     uses=["WEIGHT_GRAD_ANSWER"],
 )
 def problem_weight_grad_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("WEIGHT_GRAD_ANSWER"),
-        _letter("c"),
+        "c",
         what="WEIGHT_GRAD_ANSWER",
         hint="dW_l = h_{l-1}.T @ dz_l: multiply the size of the activation entering layer l by "
         "the size of the gradient leaving it, and count the factors of g in each.",
@@ -829,9 +828,9 @@ def problem_feature_scaling(sub):
     uses=["ICS_ANSWER"],
 )
 def problem_ics_answer(sub):
-    expect_value(
+    expect_choice(
         sub.get("ICS_ANSWER"),
-        _letter("c"),
+        "c",
         what="ICS_ANSWER",
         hint="Re-read what Santurkar et al. (2018, §2.1) did to the BatchNorm layers' outputs, "
         "and what happened to training.",
