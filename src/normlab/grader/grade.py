@@ -117,10 +117,9 @@ def read_code_cells(path: Path) -> tuple[list[str], dict]:
 def _cell_error_summary(errors: list[dict], limit: int = 3) -> str:
     parts = []
     for error in errors[:limit]:
-        message = error.get("message", "")
-        parts.append(
-            f"cell {error.get('cell', '?') + 1}: {error.get('error_type')}: {message}".strip()
-        )
+        message = str(error.get("message", "")).strip()
+        where = f"code cell {int(error.get('cell', -1)) + 1}: {error.get('error_type')}"
+        parts.append(f"{where}: {message}" if message else where)
     more = f" (+{len(errors) - limit} more)" if len(errors) > limit else ""
     return "; ".join(parts) + more
 
