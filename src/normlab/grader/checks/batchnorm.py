@@ -23,7 +23,7 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice, expect_items
 
 LAB = Lab(
     stem="02_batchnorm",
@@ -672,16 +672,16 @@ def _backward_case(sub, dy, x, gamma, what, indices):
     out = sub.call("batchnorm_backward", dy, x, gamma, eps=EPS)
     expected = oracle_backward(dy, x, gamma)
     candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"batchnorm_backward {BACKWARD_NAMES[index]}, {what}",
-            index=index,
-            count=3,
-            candidates=candidates,
-            **F64,
-        )
+    expect_items(
+        out,
+        expected,
+        BACKWARD_NAMES,
+        indices,
+        function="batchnorm_backward",
+        what=what,
+        candidates=candidates,
+        **F64,
+    )
 
 
 @LAB.check("backward: dx matches autograd on (B, d)", points=2, uses=["batchnorm_backward"])

@@ -1031,18 +1031,18 @@ def problem_gn1_params(sub):
         out = sub.call("gn1_as_layernorm_params", gamma, beta, height, width)
         candidates = evaluate(_gn1_probes(gamma, beta, height, width))
         shape = (channels, height, width)
-        for index, (name, values) in enumerate((("gamma_ln", gamma), ("beta_ln", beta))):
-            expect_array(
-                out,
-                np.broadcast_to(values[:, None, None], shape),
-                what=f"gn1_as_layernorm_params {name}, C={channels}, H={height}, W={width}",
-                index=index,
-                count=2,
-                candidates=candidates,
-                hint="With these weights F.layer_norm(x, (C, H, W), gamma_ln, beta_ln) must "
-                "equal F.group_norm(x, 1, gamma, beta) for every x.",
-                **F64,
-            )
+        expect_items(
+            out,
+            [np.broadcast_to(values[:, None, None], shape) for values in (gamma, beta)],
+            ("gamma_ln", "beta_ln"),
+            (0, 1),
+            function="gn1_as_layernorm_params",
+            what=f"C={channels}, H={height}, W={width}",
+            candidates=candidates,
+            hint="With these weights F.layer_norm(x, (C, H, W), gamma_ln, beta_ln) must "
+            "equal F.group_norm(x, 1, gamma, beta) for every x.",
+            **F64,
+        )
 
 
 @LAB.check(

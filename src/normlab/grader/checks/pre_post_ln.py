@@ -24,7 +24,7 @@ import numpy as np
 
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_value, item_of
+from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value, item_of
 
 LIBRARY_BLOCKS = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"]
 
@@ -575,18 +575,18 @@ def stack_gradients(sub):
         dy = np.random.default_rng(seed + 100).normal(size=x.shape)
         out = sub.call("stack_grads", placement, N_HEADS, *_torch_args(x, *weights, dy))
         expected = oracle_stack_grads(placement, x, weights, dy)
-        for index, name in enumerate(("dx", "per-block gradient norms")):
-            expect_array(
-                out,
-                expected[index],
-                what=f"stack_grads('{placement}') {name}, 4 blocks",
-                index=index,
-                count=2,
-                kinds=TENSOR,
-                hint="stack_output must already pass; then every block's weights must take "
-                "part in the graph (no .detach(), no torch.no_grad()).",
-                **F64,
-            )
+        expect_items(
+            out,
+            expected,
+            ("dx", "per-block gradient norms"),
+            (0, 1),
+            function=f"stack_grads('{placement}')",
+            what="4 blocks",
+            kinds=TENSOR,
+            hint="stack_output must already pass; then every block's weights must take "
+            "part in the graph (no .detach(), no torch.no_grad()).",
+            **F64,
+        )
 
 
 # ----------------------------------------------------------------------------- problem 1
