@@ -9,6 +9,7 @@ next to its checks (one stem, one module); this module holds the machinery they 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -202,16 +203,81 @@ def expect_items(
         )
 
 
-def letter_of(answer) -> str | None:
-    """A multiple-choice answer as a lower-case letter: ``"b"``, ``" (B) "``, ``"b)"`` -> ``"b"``."""
+# A leading option token: an optional "option"/"answer"/"choice" word, then one letter a-h, bare
+# or in parentheses, followed by the end or a delimiter ("b", "b.", "B)", "(b) because ...").
+# A letter followed by another letter ("because", "bc") is not a token.
+_OPTION_TOKEN = re.compile(
+    r"^(?:(?:option|answer|choice)\s*[:=]?\s*)?"
+    r"(?:\((?P<paren>[a-h])\)|(?P<bare>[a-h])(?![a-z0-9]))"
+)
+# What after the first token would name a second option: "b, c", "b and c", "b/c", "(b)(c)".
+_SECOND_TOKEN = re.compile(
+    r"^\s*(?:[.)]\s*)?(?:,|/|&|\+|;|\band\b|\bor\b)?\s*\(?[a-h]\)?(?=[\s.,;:)/&+]|$)"
+)
+
+
+class ChoiceError(ValueError):
+    """A multiple-choice answer that names no option letter, or more than one."""
+
+
+def parse_choice(answer) -> str:
+    """The one option letter a multiple-choice answer gives, lower case.
+
+    Accepted: ``"b"``, ``"B"``, ``"b."``, ``"B)"``, ``"(b)"``, ``"option b"``, ``"answer: (B)"``,
+    ``"(b) because ..."``, ``"b - the running averages"``. Only the *leading* token counts, so an
+    explanation after it may contain any words. Raises ``ChoiceError`` (with the message the
+    learner reads) when the answer names no letter, or two (``"bc"``, ``"b, c"``, ``"b or c"``).
+    """
     if not isinstance(answer, str):
+        raise ChoiceError(f'expected a string with one option letter, e.g. "b", found {answer!r}')
+    text = answer.strip().lower()
+    if re.fullmatch(r"[a-h]{2,6}", text) and len(set(text)) == len(text):
+        letters = ", ".join(text)
+        raise ChoiceError(
+            f'{answer!r} names several options ({letters}); give exactly one letter, e.g. "b"'
+        )
+    match = _OPTION_TOKEN.match(text)
+    if match is None:
+        raise ChoiceError(
+            f'{answer!r} does not start with an option letter; write one letter, e.g. "b" '
+            'or "(b) because ..."'
+        )
+    rest = text[match.end() :]
+    if _SECOND_TOKEN.match(rest) and not re.match(r"^\s*[.)]?\s*[a-z]\s+[a-z]{2,}", rest):
+        raise ChoiceError(
+            f'{answer!r} names more than one option; give exactly one letter, e.g. "b"'
+        )
+    return match.group("paren") or match.group("bare")
+
+
+def letter_of(answer) -> str | None:
+    """``parse_choice`` that returns None instead of raising (no letter, or several)."""
+    try:
+        return parse_choice(answer)
+    except ChoiceError:
         return None
-    return answer.strip().strip("()").strip().lower() or None
 
 
 def expect_choice(out: Output, letter: str, *, what: str, hint: str) -> None:
-    """Fail unless a multiple-choice answer is ``letter`` (case, spaces, parentheses ignored)."""
-    expect_value(out, lambda answer: letter_of(answer) == letter, what=what, hint=hint)
+    """Fail unless a multiple-choice answer is ``letter`` (in any form ``parse_choice`` reads).
+
+    An answer that names no letter, or several, fails with a message saying so, not "wrong".
+    """
+    item = item_of(out, None, what)
+    if item.kind == "none":
+        raise CheckFailed(f"{what}: no answer yet (it is None)")
+    if item.array is None or item.kind != "str":
+        raise CheckFailed(
+            f'{what}: expected a string with one option letter, e.g. "b"; found '
+            f"{describe_item(item)}"
+        )
+    answer = item.array.item()
+    try:
+        given = parse_choice(answer)
+    except ChoiceError as error:
+        raise CheckFailed(f"{what}: {error}") from None
+    if given != letter:
+        raise CheckFailed(f"{what}: ({given}) is not right. {hint}")
 
 
 def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, hint: str) -> None:
