@@ -21,6 +21,7 @@ PROBES = (
     + gi.GROUP_BACKWARD_PROBES
     + gi.DYT_PROBES
     + gi.DYT_BACKWARD_PROBES
+    + gi.STAT_GRADS_PROBES
 )
 HINTS = {}
 for _probe in PROBES:
@@ -93,6 +94,15 @@ def dyt_backward(dy, x, alpha, gamma):
     )
 
 
+def group_stat_grads(dy, x, num_groups, gamma, eps=1e-5):
+    n = x.shape[0]
+    xg = x.reshape(n, num_groups, -1)
+    centred = xg - xg.mean(-1, keepdims=True)
+    s = np.sqrt((centred**2).mean(-1) + eps)
+    g = (dy * _per_channel(gamma, x)).reshape(n, num_groups, -1)
+    return -g.sum(-1) / s, -0.5 * (g * centred).sum(-1) / s**3
+
+
 def gn1_as_layernorm_params(gamma, beta, height, width):
     ones = np.ones((1, height, width))
     return gamma[:, None, None] * ones, beta[:, None, None] * ones
@@ -105,6 +115,7 @@ RIGHT = {
     "dyt_forward": dyt_forward,
     "dyt_backward": dyt_backward,
     "gn1_as_layernorm_params": gn1_as_layernorm_params,
+    "group_stat_grads": group_stat_grads,
     "BN_AXES": (0, 2, 3),
     "LN_AXES": [1, 2, 3],
     "IN_AXES": (-2, -1),
@@ -116,7 +127,7 @@ RIGHT = {
 def test_right_answers_get_full_marks():
     results = run(**RIGHT)
     assert [r.message for r in results if not r.passed] == []
-    assert sum(r.points for r in results) == gi.LAB.max_score == 26
+    assert sum(r.points for r in results) == gi.LAB.max_score == 29
 
 
 # ----------------------------------------------------------------------------- one function, four norms
@@ -551,3 +562,108 @@ def test_stubs_report_not_implemented():
     names = [n for n in RIGHT if not n.isupper()]
     results = run(**{n: stub for n in names})
     assert all("not implemented yet" in r.message for r in results)
+
+
+# ----------------------------------------------------------------------------- problem 4
+
+
+def test_statistics_gradients_reassemble_the_groupnorm_backward():
+    """dx = g / s + dvar * 2 (x - mean) / m + dmean / m: the chain rule through the nodes."""
+    rng = np.random.default_rng(11)
+    x = gi.images(rng, (2, 6, 3, 2))
+    gamma, _ = gi.channel_params(rng, 6)
+    dy = rng.normal(size=x.shape)
+    dmean, dvar = gi.oracle_group_stat_grads(dy, x, 3, gamma)
+    xg = x.reshape(2, 3, -1)
+    m = xg.shape[-1]
+    centred = xg - xg.mean(-1, keepdims=True)
+    s = np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    g = (dy * _per_channel(gamma, x)).reshape(2, 3, -1)
+    dx = g / s + dvar[..., None] * 2 * centred / m + dmean[..., None] / m
+    expected = gi.oracle_group_norm_backward(dy, x, 3, gamma)[0]
+    assert np.allclose(dx.reshape(x.shape), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_the_path_from_the_mean_through_the_variance_contributes_nothing():
+    """With var computed from the mean node, dL/dmean is unchanged: -(2/m) sum(x - mean) = 0."""
+    rng = np.random.default_rng(12)
+    x = gi.images(rng, (3, 4, 5))
+    gamma, _ = gi.channel_params(rng, 4)
+    dy = rng.normal(size=x.shape)
+    xt = torch.from_numpy(x).reshape(3, 2, -1)
+    mean = xt.mean(-1).detach().requires_grad_(True)
+    var = ((xt - mean[..., None]) ** 2).mean(-1)
+    x_hat = (xt - mean[..., None]) / torch.sqrt(var[..., None] + 1e-5)
+    y = x_hat.reshape(x.shape) * torch.from_numpy(_per_channel(gamma, x))
+    y.backward(torch.from_numpy(dy))
+    direct = gi.oracle_group_stat_grads(dy, x, 2, gamma)[0]
+    assert np.allclose(mean.grad.numpy(), direct, rtol=1e-10, atol=1e-12)
+
+
+def _stat_grads_with(change):
+    def buggy(dy, x, num_groups, gamma, eps=1e-5):
+        n = x.shape[0]
+        xg = x.reshape(n, num_groups, -1)
+        centred = xg - xg.mean(-1, keepdims=True)
+        var = (centred**2).mean(-1)
+        s = np.sqrt(var) + eps if change == "eps outside" else np.sqrt(var + eps)
+        g = dy if change == "no gamma" else dy * _per_channel(gamma, x)
+        g = g.reshape(n, num_groups, -1)
+        dmean = -g.mean(-1) / s if change == "mean not sum" else -g.sum(-1) / s
+        if change == "sign":
+            dmean = -dmean
+        weighted = (g * centred).sum(-1)
+        dvar = -0.5 * weighted / s**3
+        if change == "no half":
+            dvar = -weighted / s**3
+        if change == "wrt std":
+            dvar = -weighted / s**2
+        return dmean, dvar
+
+    return buggy
+
+
+@pytest.mark.parametrize(
+    "change, probe",
+    [
+        ("no gamma", "gamma missing"),
+        ("no half", "dvar without the factor 1/2"),
+        ("wrt std", "gradient with respect to the standard deviation"),
+        ("sign", "dmean with the wrong sign"),
+        ("mean not sum", "dmean averaged instead of summed"),
+        ("eps outside", "eps outside the root"),
+    ],
+)
+def test_statistics_gradient_bug_is_caught_with_its_hint(change, probe):
+    assert caught_with(run(group_stat_grads=_stat_grads_with(change)), probe)
+
+
+def test_statistics_gradients_per_channel_are_a_shape_error():
+    def per_channel(dy, x, num_groups, gamma, eps=1e-5):
+        return group_stat_grads(dy, x, x.shape[1], gamma, eps)
+
+    results = run(group_stat_grads=per_channel)
+    assert not any(r.passed for r in results) and "shape" in messages(results)
+
+
+def test_statistics_gradients_returned_in_the_wrong_order_fail():
+    def swapped(dy, x, num_groups, gamma, eps=1e-5):
+        dmean, dvar = group_stat_grads(dy, x, num_groups, gamma, eps)
+        return dvar, dmean
+
+    assert not any(r.passed for r in run(group_stat_grads=swapped))
+
+
+def test_autograd_in_statistics_gradients_earns_nothing():
+    def autograd(dy, x, num_groups, gamma, eps=1e-5):
+        xt = torch.from_numpy(x).reshape(x.shape[0], num_groups, -1)
+        mean = xt.mean(-1).detach().requires_grad_(True)
+        var = xt.var(-1, correction=0).detach().requires_grad_(True)
+        x_hat = (xt - mean[..., None]) / torch.sqrt(var[..., None] + eps)
+        y = x_hat.reshape(x.shape) * torch.from_numpy(_per_channel(gamma, x))
+        y.backward(torch.from_numpy(dy))
+        return mean.grad.numpy(), var.grad.numpy()
+
+    results = run(group_stat_grads=autograd)
+    assert all(not r.passed for r in results)
+    assert "from scratch" in messages(results)

@@ -10,6 +10,7 @@ The learner writes, in NumPy::
     BN_AXES, LN_AXES, IN_AXES                                      # problem 1, for (N, C, H, W)
     gn1_as_layernorm_params(gamma, beta, height, width) -> (gamma_ln, beta_ln)   # problem 2
     GN_LN_ANSWER, DYT_ANSWER = "a" | "b" | "c" | "d"               # problems 2 and 3
+    group_stat_grads(dy, x, num_groups, gamma, eps=1e-5) -> (dmean, dvar)   # problem 4: (N, G)
 
 The oracle is PyTorch in float64 (``F.batch_norm`` in training mode, ``F.layer_norm``,
 ``F.instance_norm``, ``F.group_norm``, ``torch.var_mean`` and autograd); DyT has no library
@@ -44,6 +45,7 @@ LAB = Lab(
         "group_norm_backward": LIBRARY_NORMS + AUTOGRAD,
         "dyt_forward": LIBRARY_NORMS,
         "dyt_backward": LIBRARY_NORMS + AUTOGRAD,
+        "group_stat_grads": LIBRARY_NORMS + AUTOGRAD,
     },
 )
 
@@ -110,6 +112,22 @@ def oracle_group_norm_backward(dy, x, num_groups, gamma, eps=EPS):
     bt = torch.zeros_like(gt, requires_grad=True)
     F.group_norm(xt, num_groups, gt, bt, eps).backward(_tensor(dy))
     return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
+
+
+def oracle_group_stat_grads(dy, x, num_groups, gamma, eps=EPS):
+    """dL/dmean and dL/dvar of every (example, group), by autograd through the graph
+    x -> (mean, var) -> x_hat -> y, with mean and var as the graph's nodes (shape (N, G))."""
+    import torch
+
+    xt = _tensor(x)
+    n = xt.shape[0]
+    grouped = xt.reshape(n, num_groups, -1)
+    mean = grouped.mean(dim=2).detach().requires_grad_(True)
+    var = grouped.var(dim=2, correction=0).detach().requires_grad_(True)
+    x_hat = (grouped - mean[..., None]) / torch.sqrt(var[..., None] + eps)
+    y = x_hat.reshape(xt.shape) * _tensor(gamma).reshape(_channel_shape(np.asarray(x)))
+    y.backward(_tensor(dy))
+    return mean.grad.numpy(), var.grad.numpy()
 
 
 def oracle_dyt(x, alpha, gamma, beta):
@@ -450,6 +468,75 @@ GROUP_BACKWARD_PROBES = [
         "dgamma from x",
         "This matches dgamma = sum(dy * x). gamma multiplies x_hat: dgamma = sum(dy * x_hat).",
         _group_backward_variant(dgamma_from_x=True),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- probes: problem 4
+
+
+def _stat_grads_variant(
+    use_gamma=True, mean_sign=-1.0, mean_reduce="sum", var_kind="right", eps_where="inside"
+):
+    def compute(dy, x, num_groups, gamma, eps):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        n = x.shape[0]
+        grouped = x.reshape(n, num_groups, -1)
+        centred = grouped - grouped.mean(axis=2, keepdims=True)
+        var = (centred**2).mean(axis=2)
+        std = np.sqrt(var + eps) if eps_where == "inside" else np.sqrt(var) + eps
+        g = dy * np.asarray(gamma, np.float64).reshape(_channel_shape(x)) if use_gamma else dy
+        g = g.reshape(n, num_groups, -1)
+        reduce = np.sum if mean_reduce == "sum" else np.mean
+        dmean = mean_sign * reduce(g, axis=2) / std
+        weighted = (g * centred).sum(axis=2)
+        dvar = {
+            "right": -0.5 * weighted / std**3,
+            "no half": -weighted / std**3,
+            "wrt std": -weighted / std**2,
+        }[var_kind]
+        return dmean, dvar
+
+    return compute
+
+
+STAT_GRADS_PROBES = [
+    Probe(
+        "gamma missing",
+        "This matches gradients computed from dy instead of g = dy * gamma: the loss reaches "
+        "x_hat through y = gamma * x_hat + beta, so the gradient flowing into x_hat is "
+        "dy * gamma (gamma broadcast along axis 1).",
+        _stat_grads_variant(use_gamma=False),
+    ),
+    Probe(
+        "dvar without the factor 1/2",
+        "dvar is twice the right value: d/dvar of (var + eps) ** (-1/2) is "
+        "-(1/2) * (var + eps) ** (-3/2); the 1/2 of the square root's derivative is missing.",
+        _stat_grads_variant(var_kind="no half"),
+    ),
+    Probe(
+        "gradient with respect to the standard deviation",
+        "This is dL/ds with s = sqrt(var + eps), i.e. -sum(g * (x - mean)) / s**2. The node is "
+        "the variance: by the chain rule dL/dvar = dL/ds * ds/dvar = dL/ds / (2 s).",
+        _stat_grads_variant(var_kind="wrt std"),
+    ),
+    Probe(
+        "dmean with the wrong sign",
+        "dmean has the wrong sign: x_hat = (x - mean) / s decreases when the mean increases, so "
+        "dL/dmean = -sum(g) / s.",
+        _stat_grads_variant(mean_sign=1.0),
+    ),
+    Probe(
+        "dmean averaged instead of summed",
+        "dmean is 1/m of the right value: the group's mean enters every one of its m values, so "
+        "their contributions add up: dL/dmean = -sum(g) / s over the group, not -mean(g) / s.",
+        _stat_grads_variant(mean_reduce="mean"),
+    ),
+    Probe(
+        "eps outside the root",
+        "These are the gradients of a forward pass with s = sqrt(var) + eps. The forward pass "
+        "divides by sqrt(var + eps): use that s.",
+        _stat_grads_variant(eps_where="outside"),
     ),
 ]
 
@@ -1074,3 +1161,51 @@ def problem_dyt_answer(sub):
         what="DYT_ANSWER",
         hint="Feed DyT 10 x instead of x, and compute what one output element depends on.",
     )
+
+
+# ----------------------------------------------------------------------------- problem 4
+
+
+def _stat_grads_case(sub, dy, x, num_groups, gamma, what):
+    out = _call(sub, "group_stat_grads", dy, x, num_groups, gamma, eps=EPS)
+    expect_items(
+        out,
+        oracle_group_stat_grads(dy, x, num_groups, gamma),
+        ("dmean", "dvar"),
+        [0, 1],
+        function="group_stat_grads",
+        what=what + " (both of shape (N, G))",
+        candidates=evaluate(STAT_GRADS_PROBES, dy, x, num_groups, gamma, EPS),
+        **F64,
+    )
+
+
+@LAB.check(
+    "problem 4: dL/dmean and dL/dvar of each group match autograd",
+    points=2,
+    uses=["group_stat_grads"],
+)
+def problem_stat_grads(sub):
+    rng = np.random.default_rng(90)
+    for shape, groups in [((2, 6, 3, 3), 3), ((3, 4, 5), 2)]:
+        x = images(rng, shape)
+        gamma, _ = channel_params(rng, shape[1])
+        dy = rng.normal(size=shape)
+        _stat_grads_case(sub, dy, x, groups, gamma, f"x of shape {shape}, G={groups}")
+
+
+@LAB.check(
+    "problem 4: one group, C groups and (N, C) input",
+    points=1,
+    uses=["group_stat_grads"],
+)
+def problem_stat_grads_extremes(sub):
+    rng = np.random.default_rng(91)
+    x = images(rng, (2, 4, 3, 2))
+    gamma, _ = channel_params(rng, 4)
+    dy = rng.normal(size=x.shape)
+    for groups in (1, 4):
+        _stat_grads_case(sub, dy, x, groups, gamma, f"x of shape (2, 4, 3, 2), G={groups}")
+    flat = images(rng, (4, 6))
+    gamma, _ = channel_params(rng, 6)
+    _stat_grads_case(sub, rng.normal(size=(4, 6)), flat, 3, gamma, "x of shape (4, 6), G=3")
