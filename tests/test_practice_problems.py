@@ -190,3 +190,42 @@ def test_links_in_the_generated_lab_resolve_from_labs(path):
                 if anchor not in slugs:
                     broken.append(target)
     assert not broken, f"{lab.name}: links that do not resolve from labs/: {broken}"
+
+
+def _why_maps() -> dict[str, dict[str, str]]:
+    """answer name -> {wrong letter: misconception}, from every checks module's *_WHY dicts."""
+    import importlib
+
+    maps = {}
+    for module_path in CHECKS.glob("*.py"):
+        module = importlib.import_module(f"normlab.grader.checks.{module_path.stem}")
+        for name in dir(module):
+            if name.endswith("_WHY") and isinstance(getattr(module, name), dict):
+                maps[name[: -len("_WHY")] + "_ANSWER"] = getattr(module, name)
+    return maps
+
+
+@pytest.mark.parametrize("path", list(_params(BEING_REWRITTEN)))
+def test_every_distractor_has_its_misconception_in_the_grader(path):
+    """A wrong letter is answered with why that option is wrong, not only with "not right"."""
+    maps = _why_maps()
+    missing = []
+    for question in questions(path):
+        if len(question["key"]) != 1:
+            continue
+        why = maps.get(question["name"], {})
+        missing += [
+            f"{question['name']} ({letter})"
+            for letter in question["options"]
+            if letter != question["key"] and not why.get(letter)
+        ]
+    assert not missing, f"distractors without a misconception in the checks: {missing}"
+
+
+def test_a_wrong_letter_is_told_its_misconception():
+    from normlab.grader import notebook
+
+    _, results = notebook.run(lab="03_layernorm", D1_ANSWER="(c) because of the variance")
+    (result,) = results
+    assert not result.passed
+    assert "(c) is not right" in result.message and "unbiased" in result.message

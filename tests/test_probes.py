@@ -89,3 +89,12 @@ def test_expect_choice_does_not_call_an_unreadable_answer_wrong(answer):
 def test_expect_choice_without_an_answer():
     with pytest.raises(CheckFailed, match="no answer yet"):
         expect_choice(_out(None), "b", what="X_ANSWER", hint="h")
+
+
+def test_expect_choice_names_the_misconception_of_a_known_wrong_letter():
+    why = {"a": "that is the forward factor alone"}
+    with pytest.raises(CheckFailed, match="Why: that is the forward factor alone"):
+        expect_choice(_out("(a)"), "b", what="X_ANSWER", hint="h", why=why)
+    with pytest.raises(CheckFailed) as failure:
+        expect_choice(_out("c"), "b", what="X_ANSWER", hint="h", why=why)
+    assert "Why:" not in str(failure.value)

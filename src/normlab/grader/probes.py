@@ -258,10 +258,13 @@ def letter_of(answer) -> str | None:
         return None
 
 
-def expect_choice(out: Output, letter: str, *, what: str, hint: str) -> None:
+def expect_choice(
+    out: Output, letter: str, *, what: str, hint: str, why: dict[str, str] | None = None
+) -> None:
     """Fail unless a multiple-choice answer is ``letter`` (in any form ``parse_choice`` reads).
 
     An answer that names no letter, or several, fails with a message saying so, not "wrong".
+    ``why`` maps a wrong letter to the misconception it stands for; the message says it.
     """
     item = item_of(out, None, what)
     if item.kind == "none":
@@ -277,7 +280,9 @@ def expect_choice(out: Output, letter: str, *, what: str, hint: str) -> None:
     except ChoiceError as error:
         raise CheckFailed(f"{what}: {error}") from None
     if given != letter:
-        raise CheckFailed(f"{what}: ({given}) is not right. {hint}")
+        reason = (why or {}).get(given)
+        because = f"\nWhy: {reason}" if reason else ""
+        raise CheckFailed(f"{what}: ({given}) is not right. {hint}{because}")
 
 
 def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, hint: str) -> None:

@@ -793,6 +793,19 @@ def problem_eval_affine(sub):
         )
 
 
+COMPANIONS_WHY = {
+    "a": (
+        "BatchNorm's training-mode computation is deterministic: the same batch gives the same "
+        "output; the variation comes from the companions."
+    ),
+    "c": "Eval mode leaves the running statistics unchanged; only training-mode passes move them.",
+    "d": (
+        "gamma and beta change only when an optimizer steps; the dependence on companions "
+        "appears within one forward pass with gamma and beta fixed."
+    ),
+}
+
+
 @LAB.check(
     "problem 1: why companions matter in train mode only (multiple choice)",
     points=1,
@@ -804,6 +817,7 @@ def problem_companions(sub):
         "b",
         what="COMPANIONS_ANSWER",
         hint="Ask which numbers the normalization uses in each mode, and who computes them.",
+        why=COMPANIONS_WHY,
     )
 
 

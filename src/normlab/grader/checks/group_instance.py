@@ -1132,6 +1132,16 @@ def problem_gn1_params(sub):
         )
 
 
+GN_LN_WHY = {
+    "a": (
+        "The parameter shapes differ: (C,) for GroupNorm, (C, H, W) for this LayerNorm, so not "
+        "every setting of one exists in the other."
+    ),
+    "c": "No norm of the GroupNorm family reduces axis 0: a group is one example's channels.",
+    "d": "Both use the population variance (1/m).",
+}
+
+
 @LAB.check(
     "problem 2: is GroupNorm(1, C) the same module as LayerNorm? (multiple choice)",
     points=1,
@@ -1143,10 +1153,26 @@ def problem_gn_ln_answer(sub):
         "b",
         what="GN_LN_ANSWER",
         hint="Compare the statistics first, then count the affine parameters of each module.",
+        why=GN_LN_WHY,
     )
 
 
 # ----------------------------------------------------------------------------- problem 3
+
+
+DYT_WHY = {
+    "a": (
+        "alpha is a learned constant, not computed from the token, and nothing subtracts the mean."
+    ),
+    "b": (
+        "Saturation makes very large inputs look alike, but scaling the input changes DyT's "
+        "output everywhere else."
+    ),
+    "d": (
+        "alpha is one scalar per layer, not a statistic of each token; and tanh is not linear, "
+        "so no alpha turns DyT into LayerNorm."
+    ),
+}
 
 
 @LAB.check(
@@ -1160,6 +1186,7 @@ def problem_dyt_answer(sub):
         "c",
         what="DYT_ANSWER",
         hint="Feed DyT 10 x instead of x, and compute what one output element depends on.",
+        why=DYT_WHY,
     )
 
 

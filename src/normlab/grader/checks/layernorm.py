@@ -458,6 +458,22 @@ def problem_d1_output(sub):
         )
 
 
+D1_WHY = {
+    "a": (
+        "x - mu is exactly 0 when d = 1, so x_hat = 0 for ANY eps; eps only keeps 0/0 from "
+        "happening."
+    ),
+    "c": (
+        "The population variance (1/d) of one value is 0, perfectly defined; only the unbiased "
+        "1/(d-1) version is 0/0, and LayerNorm does not use it."
+    ),
+    "d": (
+        "PyTorch initialises gamma to ones; and gamma multiplies x_hat = 0, so its value does "
+        "not matter."
+    ),
+}
+
+
 @LAB.check("problem 1: why d = 1 is useless (multiple choice)", points=1, uses=["D1_ANSWER"])
 def problem_d1_answer(sub):
     expect_choice(
@@ -465,6 +481,7 @@ def problem_d1_answer(sub):
         "b",
         what="D1_ANSWER",
         hint="Compute x - mean for a row with a single value, then read the options again.",
+        why=D1_WHY,
     )
 
 
@@ -527,6 +544,22 @@ def problem_d2_xhat(sub):
         )
 
 
+D2_WHY = {
+    "b": (
+        "LayerNorm is shift invariant per token: only delta = (x1 - x2) / 2 enters, wherever "
+        "the pair sits relative to 0."
+    ),
+    "c": (
+        "LayerNorm is scale invariant per token: x_hat depends on delta only through its sign "
+        "(for delta**2 >> eps); the ratio is lost."
+    ),
+    "d": (
+        "With eps > 0 the magnitude is |delta| / sqrt(delta**2 + eps), visibly below 1 for "
+        "nearly equal pairs."
+    ),
+}
+
+
 @LAB.check(
     "problem 2: when x_hat is not plus or minus [1, -1] (multiple choice)",
     points=1,
@@ -538,10 +571,24 @@ def problem_d2_answer(sub):
         "a",
         what="D2_ANSWER",
         hint="Compute x_hat for [3, 3.001] with eps = 1e-5, then read the options again.",
+        why=D2_WHY,
     )
 
 
 # ----------------------------------------------------------------------------- practice problem 3
+
+
+INVARIANCE_WHY = {
+    "b": "That swaps the two: LN's statistics are per example, BN's per unit over the batch.",
+    "c": (
+        "Re-centring the data set adds W @ delta, a different number to each unit, which LN's "
+        "per-example mean cannot remove."
+    ),
+    "d": (
+        "Each norm removes what is common to the values it shares statistics over: one "
+        "example's scale for LN, one unit's offset over the batch for BN."
+    ),
+}
 
 
 @LAB.check(
@@ -557,4 +604,5 @@ def problem_invariance_answer(sub):
         hint="Ask over which axis each norm takes its statistics: a shift that is the same for "
         "every example, or a factor that is the same for every feature of one example, cancels "
         "only in the statistics over the matching axis.",
+        why=INVARIANCE_WHY,
     )

@@ -581,6 +581,22 @@ def problem_rmsnorm_jacobian_eps(sub):
     _jacobian_eps(sub, "rms", 83)
 
 
+JACOBIAN_WHY = {
+    "a": (
+        "Removing the mean removes the -1/d term, not the coupling: the RMS depends on every "
+        "feature, which gives -x_i x_j / (d r**2) off the diagonal."
+    ),
+    "c": (
+        "gamma only scales rows and beta does not enter the Jacobian; the coupling terms "
+        "through mu and sigma remain."
+    ),
+    "d": (
+        "gamma_i multiplies row i, so for a non-constant gamma J.T != J, and a backward pass "
+        "computing J @ dy instead of J.T @ dy is wrong."
+    ),
+}
+
+
 @LAB.check(
     "problem 1: how the two Jacobians compare (multiple choice)",
     points=1,
@@ -593,4 +609,5 @@ def problem_jacobian_answer(sub):
         what="JACOBIAN_ANSWER",
         hint="Look at which entries of your two Jacobians are zero, and count the terms that "
         "are subtracted from delta_ij in each.",
+        why=JACOBIAN_WHY,
     )

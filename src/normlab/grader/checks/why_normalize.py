@@ -674,6 +674,22 @@ def backward_deep_and_single(sub):
 # ----------------------------------------------------------------------------- practice problems
 
 
+BACKWARD_WHY = {
+    "a": (
+        "phi' = 1 covers only half of each backward step; the other half multiplies by W_l.T, "
+        "whose gain is g."
+    ),
+    "c": (
+        "Backpropagation multiplies by W.T, not by W's inverse: it repeats the forward scaling "
+        "instead of undoing it."
+    ),
+    "d": (
+        "The gradient with respect to the input never passes through the forward activations "
+        "(dh_{l-1} = dh_l @ W_l.T), so it collects one factor per layer, not two."
+    ),
+}
+
+
 @LAB.check(
     "problem 1: the gradient reaching the input of a deep linear net (multiple choice)",
     points=1,
@@ -686,7 +702,21 @@ def problem_backward_answer(sub):
         what="BACKWARD_ANSWER",
         hint="The backward pass of z = h @ W multiplies the gradient by W.T at every layer; what "
         "is the gain of W.T when W has entries N(0, g**2 / d)?",
+        why=BACKWARD_WHY,
     )
+
+
+WEIGHT_GRAD_WHY = {
+    "a": (
+        "That is the gradient with respect to the activations. The weight gradient h_{l-1}.T @ "
+        "dz_l also multiplies by the forward activation, whose scale moves the other way."
+    ),
+    "b": "That counts the forward factor g**(l-1) only and forgets the backward factor g**(L-l).",
+    "d": (
+        "The layers agree with each other, but all of them are off by the same g**(L-1) = "
+        "0.9**19 relative to gain 1."
+    ),
+}
 
 
 @LAB.check(
@@ -701,6 +731,7 @@ def problem_weight_grad_answer(sub):
         what="WEIGHT_GRAD_ANSWER",
         hint="dW_l = h_{l-1}.T @ dz_l: multiply the size of the activation entering layer l by "
         "the size of the gradient leaving it, and count the factors of g in each.",
+        why=WEIGHT_GRAD_WHY,
     )
 
 
@@ -822,6 +853,19 @@ def problem_feature_scaling(sub):
     )
 
 
+ICS_WHY = {
+    "a": (
+        "Ioffe & Szegedy proposed the explanation; Santurkar et al. (2018) questioned it rather"
+        " than confirming it."
+    ),
+    "b": "Santurkar et al. (2018, §2.2) found no such reduction, sometimes an increase.",
+    "d": (
+        "That is covariate shift between training and test data; INTERNAL covariate shift is "
+        "about the activations inside the network during training."
+    ),
+}
+
+
 @LAB.check(
     "problem 4: internal covariate shift and what followed (multiple choice)",
     points=1,
@@ -834,4 +878,5 @@ def problem_ics_answer(sub):
         what="ICS_ANSWER",
         hint="Re-read what Santurkar et al. (2018, §2.1) did to the BatchNorm layers' outputs, "
         "and what happened to training.",
+        why=ICS_WHY,
     )
