@@ -384,7 +384,7 @@ class EpsilonKnobs(_Knobs):
     """Slide ε: inside the root, √(σ² + ε), versus outside, σ + ε (chapter 03).
 
     A token whose features have standard deviation σ is normalized both ways; the picture shows
-    the standard deviation of x̂ as σ sweeps 10⁻⁶ … 10², with a marker at the σ of the slider.
+    the standard deviation of x̂ as σ sweeps 10⁻¹⁰ … 10², with a marker at the σ of the slider.
     Inside the root x̂ keeps unit size until σ ≈ √ε; outside, until σ ≈ ε.
     """
 
@@ -410,7 +410,7 @@ class EpsilonKnobs(_Knobs):
 
         return {
             "log10_eps": log_slider("log₁₀ ε", -5.0, -10.0, 0.0),
-            "log10_sigma": log_slider("log₁₀ σ", -3.0, -6.0, 2.0),
+            "log10_sigma": log_slider("log₁₀ σ", -3.0, -9.0, 2.0),
         }
 
     def normalized_std(self, sigma: np.ndarray | float, eps: float) -> tuple:
@@ -424,7 +424,7 @@ class EpsilonKnobs(_Knobs):
 
     def compute(self, log10_eps: float, log10_sigma: float) -> dict:
         eps, sigma = 10.0**log10_eps, 10.0**log10_sigma
-        sweep = np.logspace(-6, 2, 161)
+        sweep = np.logspace(-10, 2, 241)
         inside, outside = self.normalized_std(sweep, eps)
         at_inside, at_outside = self.normalized_std(sigma, eps)
         return {
@@ -449,7 +449,8 @@ class EpsilonKnobs(_Knobs):
             color=[BLUE, RED],
             zorder=3,
         )
-        ax.set_ylim(1e-7, 3)
+        ax.set_xlim(1e-10, 1e2)
+        ax.set_ylim(1e-9, 3)
         ax.set_xlabel("σ of the token's features")
         ax.set_ylabel("std of x̂")
         ax.set_title(
