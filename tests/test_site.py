@@ -311,3 +311,88 @@ def test_screenshot(served, browser, name, address, anchor):
     assert page.locator("mjx-container").count() > 0
     page.close()
     assert shot.stat().st_size > 20_000  # a picture of a page, not a blank one
+
+
+# --- the first cell of a hosted notebook (docs/running.md) ------------------------------------
+
+# What a Colab runtime already has that the labs need: NumPy and PyTorch (with PyTorch's own
+# dependencies). Nothing else of the course environment is visible to the fresh environment.
+HOSTED_PACKAGES = ("numpy", "torch", "torchgen", "functorch", "typing_extensions", "filelock", "fsspec", "jinja2",
+                   "markupsafe", "networkx", "sympy", "mpmath")  # fmt: skip
+
+LAB_FIRST_CELL_AND_A_CHECK = """
+import numpy as np
+
+from normlab import check, set_seed
+from normlab.gradcheck import numeric_gradient, relative_error
+
+set_seed(0)
+
+
+def layernorm_forward(x, gamma, beta, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return gamma * (x - mean) / np.sqrt(var + eps) + beta
+
+
+check(layernorm_forward)
+import normlab
+print("normlab from", normlab.__file__)
+"""
+
+
+def test_hosted_first_cell_installs_the_course_into_a_fresh_environment(tmp_path):
+    """`%pip install --no-deps "normlab @ git+..."`, the way pip runs it, without the network.
+
+    pip clones the repository and builds a wheel from it; here the tracked files of this
+    checkout are copied (what a clone holds), a wheel is built from the copy, and installed with
+    --no-deps into a new virtual environment that sees only NumPy and PyTorch. A lab's first
+    cell and a check(...) then run there, in a folder outside the course.
+    """
+    import subprocess
+
+    if importlib.util.find_spec("setuptools") is None:
+        pytest.skip("setuptools is needed to build the course's wheel")
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout: cannot tell which files a clone would hold")
+    clone = tmp_path / "clone"
+    for name in filter(None, tracked.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    wheels = tmp_path / "wheels"
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, clone],
+                   check=True)  # fmt: skip
+    (wheel,) = wheels.glob("normlab-*.whl")
+
+    env = tmp_path / "hosted"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
+    python = env / "bin" / "python"
+    subprocess.run([*pip, "--python", python, "install", "--no-deps", "--no-index", wheel],
+                   check=True)  # fmt: skip
+    # The runtime's preinstalled packages: NumPy and PyTorch only, by way of a .pth file.
+    ours = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    preinstalled = tmp_path / "preinstalled"
+    preinstalled.mkdir()
+    for entry in ours.iterdir():
+        if entry.name.split("-")[0].split(".")[0].lower() in HOSTED_PACKAGES:
+            (preinstalled / entry.name).symlink_to(entry)
+    (site_packages,) = (env / "lib").glob("python3*/site-packages")
+    (site_packages / "preinstalled.pth").write_text(f"{preinstalled}\n")
+
+    elsewhere = tmp_path / "colab"
+    elsewhere.mkdir()
+    (elsewhere / "lab.py").write_text(LAB_FIRST_CELL_AND_A_CHECK)
+    run = subprocess.run([python, "-I", "lab.py"], cwd=elsewhere, capture_output=True,
+                         text=True, timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "LayerNorm: 7/7 points" in run.stdout and "error" not in run.stdout, run.stdout
+    assert f"normlab from {site_packages}" in run.stdout  # the installed copy, not this checkout
+    # And the environment really is bare: the course's other dependencies are absent.
+    absent = subprocess.run([python, "-I", "-c", "import matplotlib"], capture_output=True,
+                            check=False)  # fmt: skip
+    assert absent.returncode != 0
