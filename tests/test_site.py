@@ -292,18 +292,19 @@ def test_search_finds_a_chapter(served, browser):
     ("name", "address", "anchor"),
     [
         ("chapter_03_layernorm", "theory/03_layernorm.html", "invariances-and-geometry"),
-        ("demo_03_layernorm", "notebooks/03_layernorm.html", None),
+        ("demo_03_layernorm", "notebooks/03_layernorm.html", "IMG"),
+        ("lab_03_layernorm", "labs/03_layernorm.html", None),
     ],
 )
 def test_screenshot(served, browser, name, address, anchor):
-    """A chapter and a demo as a reader sees them (kept in _artifacts/screens/ to look at)."""
+    """A chapter, a demo and a lab as a reader sees them (kept in _artifacts/screens/)."""
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(f"{served}/{address}", wait_until="load")
     page.evaluate(WAIT_FOR_MATH)
-    if anchor:
+    if anchor == "IMG":  # the first figure
+        page.locator("article img").first.scroll_into_view_if_needed()
+    elif anchor:
         page.locator(f"#{anchor}").scroll_into_view_if_needed()
-    else:
-        page.locator("img").first.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / f"{name}.png"
