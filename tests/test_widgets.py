@@ -37,7 +37,24 @@ def test_sphere_projections_match_torch_and_lie_on_the_spheres(d, seed):
     assert layernorm.sum() == pytest.approx(0.0, abs=1e-9)
     assert np.linalg.norm(rmsnorm) == pytest.approx(np.sqrt(d))
     assert rmsnorm @ x == pytest.approx(np.linalg.norm(rmsnorm) * np.linalg.norm(x))
-    assert knobs.png().startswith(PNG)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "settings"),
+    [
+        (SphereKnobs(2), {"x1": 1.0, "x2": -0.5}),
+        (SphereKnobs(3), {"x1": 1.0, "x2": -0.5, "x3": 2.0}),
+        (AffineKnobs(), {"gamma": 1.0, "beta": 0.5, "log10_eps": -5}),
+        (BatchNoiseKnobs(), {"batch_size": 16}),
+        (EpsilonKnobs(), {"log10_eps": -5, "log10_sigma": -3}),
+    ],
+    ids=["sphere2", "sphere3", "affine", "batch", "epsilon"],
+)
+def test_every_knob_draws_its_picture(knobs, settings):
+    knobs.update(**settings)
+    picture = knobs.png()
+    assert picture.startswith(PNG) and len(picture) > 10_000
+    assert knobs.figure.axes, "nothing was drawn"
 
 
 def test_sphere_for_d_2_lands_on_two_points():

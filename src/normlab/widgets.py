@@ -64,6 +64,7 @@ class _Knobs:
         self.image = None  # the ipywidgets.Image, once widget() has been called
         self.sliders: dict = {}  # name -> slider, once widget() has been called
         self.last: dict = {}
+        self._drawn = False
 
     def controls(self) -> dict:  # pragma: no cover - defined by each knob
         raise NotImplementedError
@@ -75,20 +76,24 @@ class _Knobs:
         raise NotImplementedError
 
     def update(self, **settings) -> dict:
-        """Recompute and redraw for these slider values; return the numbers shown."""
-        import matplotlib as mpl
-
+        """Recompute for these slider values and redraw the picture on show; return the numbers."""
         self.last = self.compute(**settings)
-        self.figure.clear()
-        with mpl.rc_context(COURSE_STYLE):
-            self.draw(self.last)
-            if self.tight_layout:
-                self.figure.tight_layout()
+        self._drawn = False
         if self.image is not None:
-            self.image.value = _png(self.figure)
+            self.image.value = self.png()
         return self.last
 
     def png(self) -> bytes:
+        """The picture for the last ``update``, as PNG bytes (drawn only when asked for)."""
+        import matplotlib as mpl
+
+        if not self._drawn:
+            self.figure.clear()
+            with mpl.rc_context(COURSE_STYLE):
+                self.draw(self.last)
+                if self.tight_layout:
+                    self.figure.tight_layout()
+            self._drawn = True
         return _png(self.figure)
 
     def widget(self):
