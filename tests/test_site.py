@@ -279,6 +279,20 @@ def test_every_page_renders_in_a_browser(site, served, browser):
     assert typeset_pages >= len(STEMS) * 2, "math was typeset on too few pages"
 
 
+def test_the_site_reads_from_files_without_a_server(site, browser):
+    """Unzipped on a laptop and opened with a double click: file:// pages, math still typeset."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((site / "theory" / "04_rmsnorm.html").as_uri(), wait_until="load")
+    result = page.evaluate(WAIT_FOR_MATH)
+    page.close()
+    assert errors == []
+    assert result["math"] and result["typeset"] >= result["math"] and not result["errors"]
+    assert result["broken_images"] == []
+
+
 def test_search_finds_a_chapter(served, browser):
     page = browser.new_page()
     page.goto(f"{served}/search.html?q=RMSNorm", wait_until="load")
