@@ -12,6 +12,10 @@ Two steps, both offline:
    its quoted results) are copied so that their links still work.
 2. **Build** the staged copy with Sphinx + MyST-NB (notebooks are *not* executed) into OUT.
    Warnings are errors, so a link that does not resolve fails the build.
+
+Where the course lives in a public GitHub repository, set
+``NORMLAB_REPOSITORY_URL=https://github.com/OWNER/REPO`` to give each lab page direct Binder and
+Colab links as well.
 """
 
 from __future__ import annotations
