@@ -13,7 +13,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help lab test test-fast labs grade lint format clean-venv
+.PHONY: help lab test test-fast labs grade lint format clean-venv site
 
 help:
 	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT))"
@@ -21,6 +21,7 @@ help:
 	@echo "make grade  - grade your own labs/ (your progress)"
 	@echo "make labs   - regenerate labs/ from solutions/ (authors)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
+	@echo "make site   - build the course website into _site/ (offline; open _site/index.html)"
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "normlab needs Python >= 3.10; set PYTHON=python3.x")'
@@ -34,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) START_HERE.ipynb
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(VENV)/.site-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
@@ -52,6 +53,15 @@ lint: $(VENV)/.installed
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format src tests solutions notebooks benchmarks
+
+# The website's builder and browser driver (the `site` extra); Chromium itself comes from the
+# system (Debian: apt-get install chromium), the browser test skips without it.
+$(VENV)/.site-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -e '.[site]'
+	@touch $@
+
+site: $(VENV)/.site-installed
+	$(PY) site/build.py _site
 
 clean-venv:
 	rm -rf $(VENV)

@@ -123,7 +123,9 @@ def test_ci_runs_the_readme_test_command_and_nothing_else():
         if line.strip() and not line.startswith("#")
     ]
     assert commands[-1] == "make test"
-    assert all(c.startswith(("set ", "cd ", "make test")) for c in commands)
+    # Besides `make test`, CI may only install system packages that tests need (each optional).
+    installs = ("if ", "fi", "{ apt-get ")
+    assert all(c.startswith(("set ", "cd ", "make test", *installs)) for c in commands)
 
 
 def test_figures_cited_by_chapters_exist_and_come_from_notebooks():

@@ -1,0 +1,233 @@
+"""Build the course website: ``python site/build.py [OUT]`` (``make site`` writes ``_site/``).
+
+Two steps, both offline:
+
+1. **Stage** a copy of the course's readable parts under ``build/site-src/``: the chapters
+   (``theory/``), demo notebooks with their stored outputs (``notebooks/``), labs
+   (``labs/``), worked solutions (``solutions/*.md``), ``docs/`` and the README as the home
+   page. The repository is never modified. While copying, each page of a stem gets a strip of
+   links to its chapter, demo, lab and worked solutions; each lab gets a note that it is a
+   read-only view and how to run it; links to the solution *notebooks*, which the site does
+   not publish, become plain text; other local files a page links to (a benchmark script,
+   its quoted results) are copied so that their links still work.
+2. **Build** the staged copy with Sphinx + MyST-NB (notebooks are *not* executed) into OUT.
+   Warnings are errors, so a link that does not resolve fails the build.
+
+Where the course lives in a public GitHub repository, set
+``NORMLAB_REPOSITORY_URL=https://github.com/OWNER/REPO`` to give each lab page direct Binder and
+Colab links as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "site"
+STAGE = ROOT / "build" / "site-src"
+DOCTREES = ROOT / "build" / "site-doctrees"
+# Sphinx writes here (MyST-NB keeps notebook images beside it, in build/jupyter_execute/);
+# the finished site is then copied to where it was asked for.
+HTML = ROOT / "build" / "site-html"
+
+STEM = re.compile(r"^(\d\d)_[a-z0-9_]+$")
+# [text](target) with a relative target; images (![..](..)) are left alone.
+LINK = re.compile(r"(?<!!)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(([^()\s]+)\)")
+
+
+def stems() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md"))
+
+
+def chapter_title(stem: str) -> str:
+    """'03_layernorm' -> 'Layer normalization' (the chapter's heading without its number)."""
+    for line in (ROOT / "theory" / f"{stem}.md").read_text().splitlines():
+        if line.startswith("# "):
+            return re.sub(r"^\d+\.\s*", "", line[2:]).split(":")[0].strip()
+    return stem
+
+
+def pair_strip(stem: str, folder: str) -> str:
+    """Links from a page in ``folder`` to the four pages of its stem, as a MyST block."""
+    up = "../" if folder else ""
+    parts = [
+        ("theory", f"{stem}.md", "chapter"),
+        ("notebooks", f"{stem}.ipynb", "demo"),
+        ("labs", f"{stem}.ipynb", "lab"),
+        ("solutions", f"{stem}.md", "worked solutions"),
+    ]
+    links = " · ".join(
+        f"**{label}**" if here == folder else f"[{label}]({up}{here}/{name})"
+        for here, name, label in parts
+    )
+    number = stem[:2]
+    return f"```{{container}} normlab-pair\n{number} · {chapter_title(stem)}: {links}\n```\n"
+
+
+def lab_note(stem: str) -> str:
+    """The note at the top of a lab page: read-only here, and where to run it."""
+    ways = "on your machine with `make lab`, or on a hosted Jupyter"
+    repository = os.environ.get("NORMLAB_REPOSITORY_URL", "").rstrip("/")
+    hosted = ""
+    match = re.match(r"^https://github\.com/([\w.-]+)/([\w.-]+)$", repository)
+    if match:
+        owner, name = match.groups()
+        hosted = (
+            f" Open it directly: [Binder](https://mybinder.org/v2/gh/{owner}/{name}/HEAD"
+            f"?labpath=labs/{stem}.ipynb) · [Colab](https://colab.research.google.com/github/"
+            f"{owner}/{name}/blob/main/labs/{stem}.ipynb)."
+        )
+    return (
+        ":::{admonition} A read-only view of the lab\n:class: tip\n"
+        "Here you can read the lab; you fill it in inside Jupyter, where each `check(...)` "
+        f"cell tells you at once whether your code is right. Run it {ways} (Binder, Colab): "
+        f"see [Running the labs](../docs/running.md). "
+        f"{{download}}`Download this notebook <{stem}.ipynb>`.{hosted}\n:::\n"
+    )
+
+
+def rewrite_links(text: str, page: Path, extra_files: set[Path]) -> str:
+    """Unpublished solution notebooks -> plain text; note other local files to copy."""
+
+    def fix(match: re.Match) -> str:
+        label, target = match.groups()
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            return match.group(0)
+        path = target.split("#", 1)[0]
+        resolved = (page.parent / path).resolve()
+        try:
+            relative = resolved.relative_to(ROOT)
+        except ValueError:
+            return match.group(0)
+        if relative.parts[0] == "solutions" and relative.suffix == ".ipynb":
+            return label  # the full lab with answers is in the repository, not on the site
+        if resolved.is_file() and relative.suffix not in (".md", ".ipynb"):
+            extra_files.add(relative)
+        return match.group(0)
+
+    return LINK.sub(fix, text)
+
+
+def insert_after_title(text: str, block: str) -> str:
+    lines = text.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if line.startswith("# "):
+            return "".join(lines[: index + 1]) + "\n" + block + "".join(lines[index + 1 :])
+    return block + "\n" + text
+
+
+def stage_markdown(source: Path, target: Path, extra_files: set[Path], block: str = "") -> None:
+    text = rewrite_links(source.read_text(), source, extra_files)
+    if block:
+        text = insert_after_title(text, block)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def stage_notebook(source: Path, target: Path, extra_files: set[Path], block: str = "") -> None:
+    notebook = json.loads(source.read_text())
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            cell["source"] = rewrite_links(text, source, extra_files)
+    if block:
+        first = notebook["cells"][0]
+        first["source"] = insert_after_title("".join(first["source"]), block)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False))
+
+
+def home_page(extra_files: set[Path]) -> str:
+    readme = rewrite_links((ROOT / "README.md").read_text(), ROOT / "README.md", extra_files)
+    all_stems = stems()
+
+    def toctree(caption: str, entries: list[str]) -> str:
+        body = "\n".join(entries)
+        return f"\n```{{toctree}}\n:caption: {caption}\n:hidden:\n\n{body}\n```\n"
+
+    docs = sorted(p.stem for p in (ROOT / "docs").glob("*.md") if p.stem != "running")
+    return (
+        readme
+        + toctree("Chapters", [f"theory/{s}" for s in all_stems])
+        + toctree("Demos", [f"notebooks/{s}" for s in all_stems])
+        + toctree("Labs", ["docs/running", *[f"labs/{s}" for s in all_stems]])
+        + toctree("Worked solutions", [f"solutions/{s}" for s in all_stems])
+        + toctree("For instructors", [f"docs/{d}" for d in docs])
+    )
+
+
+def stage() -> Path:
+    """Write the staged sources; return the staging folder."""
+    if STAGE.exists():
+        shutil.rmtree(STAGE)
+    STAGE.mkdir(parents=True)
+    extra_files: set[Path] = set()
+    for stem in stems():
+        stage_markdown(
+            ROOT / "theory" / f"{stem}.md",
+            STAGE / "theory" / f"{stem}.md",
+            extra_files,
+            pair_strip(stem, "theory"),
+        )
+        stage_markdown(
+            ROOT / "solutions" / f"{stem}.md",
+            STAGE / "solutions" / f"{stem}.md",
+            extra_files,
+            pair_strip(stem, "solutions"),
+        )
+        stage_notebook(
+            ROOT / "notebooks" / f"{stem}.ipynb",
+            STAGE / "notebooks" / f"{stem}.ipynb",
+            extra_files,
+            pair_strip(stem, "notebooks"),
+        )
+        stage_notebook(
+            ROOT / "labs" / f"{stem}.ipynb",
+            STAGE / "labs" / f"{stem}.ipynb",
+            extra_files,
+            pair_strip(stem, "labs") + "\n" + lab_note(stem),
+        )
+    for document in sorted((ROOT / "docs").glob("*.md")):
+        stage_markdown(document, STAGE / "docs" / document.name, extra_files)
+    shutil.copytree(ROOT / "theory" / "figures", STAGE / "theory" / "figures")
+    (STAGE / "index.md").write_text(home_page(extra_files))
+    for relative in sorted(extra_files):
+        (STAGE / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, STAGE / relative)
+    return STAGE
+
+
+def build(out: Path, quiet: bool = True) -> float:
+    """Stage and build the site into ``out``; return the seconds it took."""
+    from sphinx.cmd.build import build_main
+
+    start = time.perf_counter()
+    stage()
+    arguments = ["-b", "html", "-c", str(SITE), "-d", str(DOCTREES), "-W", "--keep-going"]
+    arguments += ["-q"] if quiet else []
+    status = build_main([*arguments, str(STAGE), str(HTML)])
+    if status != 0:
+        raise SystemExit(f"the site build failed (sphinx-build exit status {status})")
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(HTML, out, ignore=shutil.ignore_patterns(".buildinfo", ".doctrees"))
+    (out / ".nojekyll").touch()  # GitHub Pages: serve the _static/ folders as they are
+    return time.perf_counter() - start
+
+
+def main(argv: list[str]) -> int:
+    folders = [a for a in argv if not a.startswith("-")]
+    out = Path(folders[0]) if folders else ROOT / "_site"
+    seconds = build(out.resolve(), quiet="-v" not in argv)
+    print(f"site built in {seconds:.1f} s: open {out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

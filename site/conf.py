@@ -1,0 +1,53 @@
+"""Sphinx configuration for the course website (`make site`).
+
+The sources are a staged copy of the repository made by ``site/build.py``: the chapters,
+demos, labs and worked solutions as they are, plus a generated home page and navigation.
+Notebooks are rendered with their stored outputs; nothing is executed at build time.
+Every asset is served from the site itself (no CDN), so the site works offline and from a zip.
+"""
+
+from __future__ import annotations
+
+import os
+
+project = "normlab"
+author = "the normlab authors"
+copyright = "the normlab authors, MIT licence"
+
+extensions = [
+    "myst_nb",  # Markdown (MyST) and notebooks
+    "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 files copied into _static/mathjax (no CDN)
+]
+
+root_doc = "index"
+exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
+
+# Notebooks: show the outputs stored in the repository; never run them.
+nb_execution_mode = "off"
+# No widget JavaScript from a CDN: the knob cells carry no stored widget state anyway.
+nb_ipywidgets_js = {}
+nb_merge_streams = True
+
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_dmath_double_inline = True
+# "theory/03_layernorm.md#practice-problems": heading slugs as GitHub makes them.
+myst_heading_anchors = 4
+
+# MathJax from _static/mathjax (set by sphinx-mathjax-offline); typeset notebook outputs too.
+mathjax3_config = {
+    "options": {"processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"},
+}
+
+html_theme = "furo"
+html_title = "normlab"
+html_static_path = ["_static"]
+html_css_files = ["normlab.css"]
+html_show_sourcelink = False
+html_copy_source = False
+html_last_updated_fmt = None
+# Where "run it" links point when the course lives in a public repository (optional).
+html_context = {"repository_url": os.environ.get("NORMLAB_REPOSITORY_URL", "")}
+
+suppress_warnings = ["myst.header"]
+html_favicon = "_static/favicon.svg"
