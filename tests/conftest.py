@@ -1,7 +1,17 @@
-"""Shared fixtures: the repository root and helpers to load a solution's functions."""
+"""Shared fixtures and helpers: the repository root, a solution's functions, `normlab grade`.
+
+Also the test tiers. ``make test-fast`` deselects three markers (registered in pyproject.toml):
+``notebooks`` (executes notebooks), ``isolation`` (grades through the fork server or the
+sandbox, a process per submission) and ``slow`` (anything else that takes more than a few CPU
+seconds, such as starting JupyterLab). Whole files are marked in TIERS below; single tests in
+other files carry the marker themselves.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import sys
 from pathlib import Path
@@ -11,6 +21,42 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+
+# A limit only for a hung process or kernel, far above any healthy run on a loaded machine.
+# How fast things are is reported by `make bench`, never asserted.
+HANG_GUARD_S = 900
+
+TIERS = {
+    "test_adversarial.py": "isolation",
+    "test_classroom.py": "isolation",
+    "test_grade.py": "isolation",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.path))
+        if path.suffix == ".ipynb":  # collected by nbval
+            item.add_marker("notebooks")
+        elif path.name in TIERS and not any(
+            item.get_closest_marker(m) for m in ("notebooks", "isolation", "slow")
+        ):
+            item.add_marker(TIERS[path.name])
+
+
+def grade_json(*paths, extra=()) -> tuple[int, dict, str]:
+    """`normlab grade --json PATH... EXTRA...` run in this process: (exit status, JSON, stderr).
+
+    The submissions themselves still run in their own processes (that is the grader's job); only
+    the command's own start-up (a new interpreter importing the course and PyTorch) is saved.
+    """
+    from normlab.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["grade", *map(str, paths), "--json", *map(str, extra)])
+    data = json.loads(stdout.getvalue()) if code == 0 else {}
+    return code, data, stderr.getvalue()
 
 
 @pytest.fixture(scope="session")
