@@ -10,6 +10,7 @@ other files carry the marker themselves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -18,9 +19,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+
+# The checks run thousands of tiny tensor operations in this process. With more than one
+# intra-op thread each of them pays for waking the pool, which on a busy 2-core machine costs
+# about 20 times the operation itself (measured: layer_norm forward and backward on (8, 16),
+# 0.7 ms with one thread, 8-13 ms with two). Kernels and graded submissions are separate
+# processes and keep PyTorch's default.
+torch.set_num_threads(1)
 
 # A limit only for a hung process or kernel, far above any healthy run on a loaded machine.
 # How fast things are is reported by `make bench`, never asserted.
@@ -30,6 +39,7 @@ TIERS = {
     "test_adversarial.py": "isolation",
     "test_classroom.py": "isolation",
     "test_grade.py": "isolation",
+    "test_mutants.py": "slow",  # hundreds of mutants, each through every check of its lab
 }
 
 
@@ -72,17 +82,22 @@ def solution_namespace(stem: str, replace: tuple[str, str] | None = None) -> dic
     source first (a mutated function or class), so that everything defined after it — a table
     of classes, an adapter — is built from the new version.
     """
-    notebook = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
     namespace: dict = {"__name__": "solution"}
     os.environ.pop("NORMLAB_GRADING", None)
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        if "runs-learner-code" in cell.metadata.get("tags", []):
-            continue
-        source = cell.source
+    for source in definition_cells(stem):
         if replace is not None:
             source = source.replace(*replace)
         source = "\n".join(line for line in source.splitlines() if not line.startswith("check("))
         exec(compile(source, f"<{stem}>", "exec"), namespace)
     return namespace
+
+
+@functools.cache
+def definition_cells(stem: str) -> tuple[str, ...]:
+    """The solution's code cells that do not call the learner's code (read once per session)."""
+    notebook = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
+    return tuple(
+        cell.source
+        for cell in notebook.cells
+        if cell.cell_type == "code" and "runs-learner-code" not in cell.metadata.get("tags", [])
+    )
