@@ -36,12 +36,16 @@ $(VENV)/.installed: pyproject.toml
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) START_HERE.ipynb
 
-# One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once).
+# One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
+# in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share
+# one kernel and a test file's fixtures are built once.
+TEST_JOBS ?= 2
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
-	$(PY) -m pytest --nbval --nbval-current-env -p no:cacheprovider tests solutions notebooks
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --nbval --nbval-current-env -p no:cacheprovider \
+	  tests solutions notebooks
 
 # The edit loop: no notebooks, no process per submission, no JupyterLab (markers in pyproject.toml).
 test-fast: $(VENV)/.installed
