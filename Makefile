@@ -13,11 +13,13 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help lab test test-fast labs grade lint format clean-venv site
+.PHONY: help lab test test-fast bench labs grade lint format clean-venv site
 
 help:
 	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT))"
 	@echo "make test   - set up .venv (first time) and run the whole suite"
+	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
+	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
 	@echo "make grade  - grade your own labs/ (your progress)"
 	@echo "make labs   - regenerate labs/ from solutions/ (authors)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
@@ -35,12 +37,23 @@ $(VENV)/.installed: pyproject.toml
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) START_HERE.ipynb
 
+# One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
+# in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share
+# one kernel and a test file's fixtures are built once.
+TEST_JOBS ?= 2
 test: $(VENV)/.installed $(VENV)/.site-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
-	$(PY) -m pytest tests
-	$(PY) -m pytest --nbval --nbval-current-env -p no:cacheprovider solutions notebooks
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --nbval --nbval-current-env -p no:cacheprovider \
+	  tests solutions notebooks
+
+# The edit loop: no notebooks, no process per submission, no JupyterLab (markers in pyproject.toml).
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not (notebooks or isolation or slow)" tests
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench.py
 
 labs: $(VENV)/.installed
 	$(VENV)/bin/normlab labs

@@ -138,3 +138,10 @@ def test_figures_cited_by_chapters_exist_and_come_from_notebooks():
                 nb for nb in (ROOT / "notebooks").glob("*.ipynb") if stem in nb.read_text()
             ]
             assert producers, f"no notebook saves {name}"
+
+
+def test_every_phony_make_target_is_defined():
+    makefile = (ROOT / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:(.*)$", makefile, re.MULTILINE).group(1).split()
+    defined = set(re.findall(r"^([A-Za-z][\w.-]*):(?!=)", makefile, re.MULTILINE))
+    assert sorted(set(phony) - defined) == []

@@ -1,43 +1,37 @@
-"""Every notebook runs, fast; solutions get full marks and fresh labs zero (nbval checks outputs)."""
+"""Fresh labs run to the end and say "not implemented"; the grader gives solutions full marks, labs 0.
+
+Solutions and demos are executed once per ``make test``, by nbval (which also compares their
+stored outputs); labs are stored without outputs, so they are executed here. How long each
+notebook takes is measured by ``make bench`` (benchmarks/bench.py), not asserted here.
+"""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
-
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import HANG_GUARD_S, ROOT, grade_json
 from nbclient import NotebookClient
 
 from normlab.grader.registry import all_labs
 
-NOTEBOOK_LIMIT_S = 60  # on a 2-core CPU, the course's promise
-
-SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
-DEMOS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def execute(path):
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
+    NotebookClient(
         notebook,
-        timeout=NOTEBOOK_LIMIT_S,
+        timeout=HANG_GUARD_S,  # per cell; a healthy cell takes seconds
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
-    )
-    start = time.monotonic()
-    client.execute()
-    return notebook, time.monotonic() - start
+    ).execute()
+    return notebook
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)
 def test_fresh_lab_runs_to_the_end_and_says_not_implemented(path):
-    notebook, seconds = execute(path)
-    assert seconds < NOTEBOOK_LIMIT_S
+    notebook = execute(path)
     reports = [
         output.get("data", {}).get("text/plain", "")
         for cell in notebook.cells
@@ -47,23 +41,21 @@ def test_fresh_lab_runs_to_the_end_and_says_not_implemented(path):
     assert reports and all("not implemented yet" in r or "no answer yet" in r for r in reports)
 
 
-@pytest.mark.parametrize("path", SOLUTIONS + DEMOS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_notebook_runs_in_under_a_minute(path):
-    _, seconds = execute(path)
-    print(f"{path.relative_to(ROOT)}: {seconds:.1f} s")
-    assert seconds < NOTEBOOK_LIMIT_S
+@pytest.fixture(scope="module")
+def every_solution_and_lab():
+    """All solutions and fresh labs graded in one `normlab grade --json` run."""
+    paths = [
+        ROOT / folder / f"{stem}.ipynb" for stem in all_labs() for folder in ("solutions", "labs")
+    ]
+    code, data, stderr = grade_json(*paths)
+    assert code == 0, stderr[-2000:]
+    return {(s["lab"], ROOT / s["path"]): s for s in data["submissions"]}
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("stem", sorted(all_labs()))
-def test_solution_gets_full_marks_and_lab_gets_zero(stem):
-    paths = [ROOT / "solutions" / f"{stem}.ipynb", ROOT / "labs" / f"{stem}.ipynb"]
-    done = subprocess.run(
-        [sys.executable, "-m", "normlab.cli", "grade", "--json", *map(str, paths)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    solution, lab = json.loads(done.stdout)["submissions"]
+def test_solution_gets_full_marks_and_lab_gets_zero(stem, every_solution_and_lab):
+    solution = every_solution_and_lab[stem, ROOT / "solutions" / f"{stem}.ipynb"]
+    lab = every_solution_and_lab[stem, ROOT / "labs" / f"{stem}.ipynb"]
     assert solution["score"] == solution["max_score"] > 0, solution
-    assert lab["score"] == 0
+    assert lab["score"] == 0 and lab["max_score"] == solution["max_score"]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
 import nbformat
-from conftest import ROOT
+import pytest
+from conftest import HANG_GUARD_S, ROOT
 
 
 def free_port() -> int:
@@ -21,19 +24,24 @@ def free_port() -> int:
 
 
 def fetch(url: str, process: subprocess.Popen, log: list[str]) -> bytes:
-    """GET url (HTTP 200 required), retrying for a while: the server may still be settling."""
-    deadline = time.monotonic() + 60
+    """GET url (HTTP 200 required), retrying while the server is still settling and alive."""
     while True:
         try:
             with urllib.request.urlopen(url, timeout=30) as answer:
                 assert answer.status == 200
                 return answer.read()
         except OSError as error:
-            if time.monotonic() > deadline or process.poll() is not None:
+            if process.poll() is not None:
                 raise AssertionError(f"{url}: {error}\n" + "".join(log[-20:])) from None
             time.sleep(1)
 
 
+def stop(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+
+
+@pytest.mark.slow
 def test_make_lab_serves_the_start_page():
     port = free_port()
     process = subprocess.Popen(
@@ -45,10 +53,13 @@ def test_make_lab_serves_the_start_page():
         start_new_session=True,
         env={**os.environ, "DISPLAY": ""},
     )
+    # Only a hung server is stopped (the reads below then end); how soon JupyterLab answers
+    # depends on the machine's load and is not asserted.
+    guard = threading.Timer(HANG_GUARD_S, stop, [process])
+    guard.start()
     try:
         token, log = None, []
-        deadline = time.monotonic() + 120
-        while token is None and time.monotonic() < deadline:
+        while token is None:
             line = process.stdout.readline()
             if not line:
                 break
@@ -61,8 +72,9 @@ def test_make_lab_serves_the_start_page():
         url = f"http://localhost:{port}/api/contents/START_HERE.ipynb?token={token}"
         assert b"start here" in fetch(url, process, log)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        guard.cancel()
+        stop(process)
+        process.wait(timeout=HANG_GUARD_S)
 
 
 def test_start_page_links_every_chapter_and_lab():

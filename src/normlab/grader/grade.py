@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -78,11 +77,6 @@ def find_submissions(paths: list[str]) -> list[Entry]:
     if not found:
         raise UsageError(f"no notebooks (.ipynb) found in: {' '.join(paths)}")
     return found
-
-
-def find_notebooks(paths: list[str]) -> list[Path]:
-    """Every notebook named or found below the given folders, sorted (checkpoints skipped)."""
-    return [entry.path for entry in find_submissions(paths)]
 
 
 def read_code_cells(path: Path) -> tuple[list[str], dict]:
@@ -316,18 +310,7 @@ def _run_pool(entries, pending, results, work, jobs, cache, on_result) -> list[S
     return [results[i] for i in range(len(entries))]
 
 
-def grade_paths(
-    paths: list[str], timeout: float = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB
-) -> list[SubmissionResult]:
-    """Grade every notebook found in ``paths`` one after the other (no cache)."""
-    return grade_all(find_submissions(paths), Settings(timeout=timeout, memory_mb=memory_mb))
-
-
 def default_jobs() -> int:
     return max(
         1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     )
-
-
-def is_interactive() -> bool:
-    return sys.stderr.isatty()
