@@ -7,6 +7,9 @@ Run from the repository root::
     python benchmarks/norm_cost.py --device cuda   # torch rows only, on a GPU
     python benchmarks/norm_cost.py --plot          # also save theory/figures/07_cost_benchmark.png
 
+On the CPU the table includes the lab's fused kernels (Numba): RMSNorm and LayerNorm into an
+existing output, LayerNorm with Welford's one-pass statistics, and both into a fresh output.
+
 Every row is the forward pass over the last axis (gain gamma for both norms, bias beta for
 LayerNorm, eps = 1e-5). The table gives the median time, the effective bandwidth and the ratio to
 a copy of the same tensor into an existing one:
@@ -83,6 +86,100 @@ def numpy_layernorm_two_pass(x, gamma, beta, out):
     return np.add(out, beta, out=out)
 
 
+# ----------------------------------------------------------------------------- fused (Numba)
+# The lab's part 4: one read of x and one write of out per row, compiled by Numba. Each row is
+# read a second (and for LayerNorm a third) time from the L1 cache, not from memory.
+
+
+def numba_kernels():
+    """Compile-on-first-call fused kernels, or None when Numba is not installed."""
+    try:
+        from numba import njit, prange
+    except ImportError:
+        return None
+
+    @njit(parallel=True, fastmath={"reassoc"})
+    def rmsnorm_rows(x, gamma, eps, out):
+        n_rows, d = x.shape
+        for row in prange(n_rows):
+            sum_squares = 0.0
+            for j in range(d):
+                sum_squares += x[row, j] * x[row, j]
+            inverse_rms = 1.0 / np.sqrt(sum_squares / d + eps)
+            for j in range(d):
+                out[row, j] = x[row, j] * inverse_rms * gamma[j]
+
+    @njit(parallel=True, fastmath={"reassoc"})
+    def layernorm_rows(x, gamma, beta, eps, out):
+        """Two passes over each row in cache: the mean, then the sum of squared deviations."""
+        n_rows, d = x.shape
+        for row in prange(n_rows):
+            total = 0.0
+            for j in range(d):
+                total += x[row, j]
+            mean = total / d
+            sum_squares = 0.0
+            for j in range(d):
+                deviation = x[row, j] - mean
+                sum_squares += deviation * deviation
+            inverse_std = 1.0 / np.sqrt(sum_squares / d + eps)
+            for j in range(d):
+                out[row, j] = (x[row, j] - mean) * inverse_std * gamma[j] + beta[j]
+
+    @njit(parallel=True, fastmath={"reassoc"})
+    def layernorm_rows_welford(x, gamma, beta, eps, out):
+        """Welford's one-pass statistics: one read of the row fewer, a division per element."""
+        n_rows, d = x.shape
+        for row in prange(n_rows):
+            mean = 0.0
+            m2 = 0.0
+            count = 0
+            for j in range(d):
+                count += 1
+                delta = x[row, j] - mean
+                mean += delta / count
+                m2 += delta * (x[row, j] - mean)
+            inverse_std = 1.0 / np.sqrt(m2 / d + eps)
+            for j in range(d):
+                out[row, j] = (x[row, j] - mean) * inverse_std * gamma[j] + beta[j]
+
+    return rmsnorm_rows, layernorm_rows, layernorm_rows_welford
+
+
+def fused_rows(x, gamma, beta, out, notes: list[str]) -> dict[str, tuple[str, Callable]]:
+    """The fused rows of the table (CPU only): into an existing output and into a fresh one."""
+    kernels = numba_kernels()
+    if kernels is None:
+        notes.append("skipped the fused rows: Numba is not installed")
+        return {}
+    rms, layer, welford = kernels
+    d = x.shape[-1]
+    x2, out2 = x.reshape(-1, d), out.reshape(-1, d)
+
+    def fresh(kernel, *params):
+        y = np.empty_like(x)
+        kernel(x2, *params, EPS, y.reshape(-1, d))
+        return y
+
+    start = time.perf_counter()
+    for kernel, params in [(rms, (gamma,)), (layer, (gamma, beta)), (welford, (gamma, beta))]:
+        kernel(x2[:2], *params, EPS, out2[:2])  # compile for these types, on 2 rows
+    notes.append(f"compiled the 3 Numba kernels in {time.perf_counter() - start:.1f} s")
+    return {
+        "fused RMSNorm into existing (Numba)": ("fused", lambda: rms(x2, gamma, EPS, out2)),
+        "fused LayerNorm into existing (Numba)": (
+            "fused",
+            lambda: layer(x2, gamma, beta, EPS, out2),
+        ),
+        "fused LayerNorm, Welford, into existing": (
+            "fused",
+            lambda: welford(x2, gamma, beta, EPS, out2),
+        ),
+        "fused RMSNorm, fresh output (Numba)": ("fused", lambda: fresh(rms, gamma)),
+        "fused LayerNorm, fresh output (Numba)": ("fused", lambda: fresh(layer, gamma, beta)),
+    }
+
+
 # ----------------------------------------------------------------------------- torch versions
 
 
@@ -152,8 +249,9 @@ def implementations(shape, device, compile_: bool, notes: list[str]):
         "clone = fresh output (torch)": ("copy", lambda: x.clone()),
     }
     if device == "cpu":
+        rows |= {"copy into existing (NumPy)": ("copy", lambda: np.copyto(out_np, x_np))}
+        rows |= fused_rows(x_np, gamma_np, beta_np, out_np, notes)
         rows |= {
-            "copy into existing (NumPy)": ("copy", lambda: np.copyto(out_np, x_np)),
             "NumPy LayerNorm, naive": (
                 "numpy",
                 lambda: numpy_layernorm_naive(x_np, gamma_np, beta_np),
@@ -171,6 +269,10 @@ def implementations(shape, device, compile_: bool, notes: list[str]):
     rows |= {
         "torch LayerNorm, from scratch": ("torch", lambda: torch_layernorm_scratch(x, gamma, beta)),
         "torch RMSNorm, from scratch": ("torch", lambda: torch_rmsnorm_scratch(x, gamma)),
+        # One pass each by the counting rule (a read of x); they show where the from-scratch
+        # LayerNorm's time goes: x.var is a Welford reduction, x.mean a plain sum.
+        "torch x.mean(-1) alone": ("torch", lambda: x.mean(-1, keepdim=True)),
+        "torch x.var(-1) alone": ("torch", lambda: x.var(-1, keepdim=True, correction=0)),
         "F.layer_norm": ("torch", lambda: F.layer_norm(x, (d,), gamma, beta, EPS)),
         "F.rms_norm": ("torch", lambda: F.rms_norm(x, (d,), gamma, EPS)),
     }
@@ -210,10 +312,17 @@ def matmul_gflops(device, size=None, repeats=5) -> float:
 
 
 def run(shape=FULL_SHAPE, device="cpu", repeats=15, warmup=3, compile_=True) -> dict:
-    """Time every implementation; returns the table's rows and what the machine was."""
+    """Time every implementation; returns the table's rows and what the machine was.
+
+    The matrix-product rate (the compute ceiling of the roofline) and the load average are
+    measured before and after the table, so that a change of load during the run shows.
+    """
     notes: list[str] = []
+    load_before = _load()
+    matmul_before = matmul_gflops(device)
     rows, x_bytes = implementations(shape, device, compile_, notes)
     medians = time_rows(rows, device, repeats, warmup, inner=20 if device == "cuda" else 1)
+    matmul_after = matmul_gflops(device)
     copy_time = medians["copy into existing (torch)"]
     table = [
         {
@@ -226,9 +335,18 @@ def run(shape=FULL_SHAPE, device="cpu", repeats=15, warmup=3, compile_=True) -> 
         for name, (group, _) in rows.items()
     ]
     info = machine(shape, device, repeats, warmup)
-    info["matmul GFLOP/s (float32)"] = round(matmul_gflops(device), 1)
+    info["load average before (1, 5, 15 min)"] = load_before
+    info["load average after (1, 5, 15 min)"] = _load()
+    info["matmul GFLOP/s (float32)"] = round(min(matmul_before, matmul_after), 1)
+    info["matmul GFLOP/s before, after"] = f"{matmul_before:.1f}, {matmul_after:.1f}"
     info["copy GB/s (read + write)"] = round(table[0]["GB/s"], 1)
     return {"rows": table, "machine": info, "notes": notes}
+
+
+def _load() -> str:
+    if not hasattr(os, "getloadavg"):
+        return "unknown"
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def machine(shape, device, repeats, warmup) -> dict:
@@ -249,6 +367,13 @@ def machine(shape, device, repeats, warmup) -> dict:
     }
     if device == "cuda":
         info["GPU"] = torch.cuda.get_device_name()
+    else:
+        try:
+            import numba
+
+            info["numba"] = f"{numba.__version__}, {numba.get_num_threads()} threads"
+        except ImportError:
+            pass
     return info
 
 
@@ -266,7 +391,13 @@ def plot(result: dict, path=None):
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
-    colours = {"copy": "#000000", "numpy": "#E69F00", "torch": "#0072B2", "compiled": "#009E73"}
+    colours = {
+        "copy": "#000000",
+        "fused": "#CC79A7",
+        "numpy": "#E69F00",
+        "torch": "#0072B2",
+        "compiled": "#009E73",
+    }
     fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(rows) + 1.2))
     positions = np.arange(len(rows))[::-1]
     _ = ax.barh(positions, [r["x copy"] for r in rows], color=[colours[r["group"]] for r in rows])
