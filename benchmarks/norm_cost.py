@@ -224,7 +224,8 @@ def compiled_rows(x, gamma, beta, notes: list[str]) -> dict[str, Callable[[], ob
             compiled = torch.compile(function)
             _with_time_limit(COMPILE_LIMIT_S, lambda c=compiled, a=args: c(*a))
         except Exception as error:  # noqa: BLE001 - any failure means: skip this row
-            notes.append(f"skipped {name}: {type(error).__name__}: {str(error)[:120]}")
+            message = " ".join(str(error).split())[:120]  # one line in the table's header
+            notes.append(f"skipped {name}: {type(error).__name__}: {message}")
             continue
         notes.append(f"compiled {name} in {time.perf_counter() - start:.1f} s")
         rows[name] = lambda c=compiled, a=args: c(*a)
@@ -420,12 +421,18 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 15)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile rows")
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+        "--threads", type=int, default=None, help="torch and Numba threads (default: theirs)"
     )
     parser.add_argument("--plot", action="store_true", help="save the figure under theory/figures")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+        try:
+            import numba
+
+            numba.set_num_threads(args.threads)
+        except ImportError:
+            pass
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
     repeats = args.repeats or (5 if args.quick else 15)
     result = run(
