@@ -562,3 +562,33 @@ def test_h200_numbers_of_the_chapter():
     assert moved == 8 * n == 201_326_592
     assert roofline_time(4 * n, moved, 67e12, 4.8e12) == pytest.approx(41.94e-6, rel=1e-3)
     assert roofline_time(7 * n, moved, 67e12, 4.8e12) == roofline_time(4 * n, moved, 67e12, 4.8e12)
+
+
+def test_out_is_read_back_across_the_process_boundary(tmp_path):
+    """`normlab grade` runs the notebook in a child; the filled `out` must come back from it."""
+    import json
+    import subprocess
+    import sys
+
+    import nbformat
+
+    cells = [
+        "import numpy as np",
+        "def rmsnorm_fused(x, gamma, eps=1e-5, out=None):\n"
+        "    y = gamma * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)\n"
+        "    return y  # never writes into out",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["normlab"] = {"lab": "07_cost"}
+    path = tmp_path / "07_cost.ipynb"
+    nbformat.write(notebook, path)
+    command = [sys.executable, "-m", "normlab.cli", "grade", str(path), "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (submission,) = json.loads(done.stdout)["submissions"]
+    checks = {c["name"]: c for c in submission["checks"] if "RMSNorm fused" in c["name"]}
+    assert len(checks) == 2
+    filled = next(c for name, c in checks.items() if "fills the out" in name)
+    assert not filled["passed"]
+    assert "the `out` array passed in was not filled" in filled["message"]
+    assert all(c["passed"] for name, c in checks.items() if "fills the out" not in name)
