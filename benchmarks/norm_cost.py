@@ -282,12 +282,21 @@ def implementations(shape, device, compile_: bool, notes: list[str]):
     return rows, x.nbytes if hasattr(x, "nbytes") else x.numel() * x.element_size()
 
 
-def time_rows(rows, device, repeats: int, warmup: int, inner: int = 1) -> dict[str, float]:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_rows(
+    rows, device, repeats: int, warmup: int, inner: int = 1, clock: str = "wall"
+) -> dict[str, float]:
     """Median seconds per call of each row, timed in interleaved rounds.
 
     Each sample times ``inner`` back-to-back calls (on a GPU, one call of 50 us is too short
-    for the timer and the synchronization around it).
+    for the timer and the synchronization around it). ``clock="cpu"`` measures the CPU time of
+    this process (all its threads) instead of the wall clock: with one thread, a figure that
+    other users of the machine barely change, since time spent waiting for the CPU is not
+    counted.
     """
+    timer = CLOCKS[clock]
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for _, function in rows.values():
         for _ in range(warmup):
@@ -296,23 +305,23 @@ def time_rows(rows, device, repeats: int, warmup: int, inner: int = 1) -> dict[s
     samples = {name: [] for name in rows}
     for _ in range(repeats):
         for name, (_, function) in rows.items():
-            start = time.perf_counter()
+            start = timer()
             for _ in range(inner):
                 function()
             synchronize()
-            samples[name].append((time.perf_counter() - start) / inner)
+            samples[name].append((timer() - start) / inner)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def matmul_gflops(device, size=None, repeats=5) -> float:
+def matmul_gflops(device, size=None, repeats=5, clock="wall") -> float:
     """Achieved float32 FLOP/s of a square matrix product: the compute ceiling we can reach."""
     size = size or (8192 if device == "cuda" else 1024)
     a = torch.randn(size, size, device=device)
-    seconds = time_rows({"mm": ("", lambda: a @ a)}, device, repeats, warmup=2)["mm"]
+    seconds = time_rows({"mm": ("", lambda: a @ a)}, device, repeats, 2, 1, clock)["mm"]
     return 2 * size**3 / seconds / 1e9
 
 
-def run(shape=FULL_SHAPE, device="cpu", repeats=15, warmup=3, compile_=True) -> dict:
+def run(shape=FULL_SHAPE, device="cpu", repeats=15, warmup=3, compile_=True, clock="wall") -> dict:
     """Time every implementation; returns the table's rows and what the machine was.
 
     The matrix-product rate (the compute ceiling of the roofline) and the load average are
@@ -320,10 +329,11 @@ def run(shape=FULL_SHAPE, device="cpu", repeats=15, warmup=3, compile_=True) -> 
     """
     notes: list[str] = []
     load_before = _load()
-    matmul_before = matmul_gflops(device)
+    matmul_before = matmul_gflops(device, clock=clock)
     rows, x_bytes = implementations(shape, device, compile_, notes)
-    medians = time_rows(rows, device, repeats, warmup, inner=20 if device == "cuda" else 1)
-    matmul_after = matmul_gflops(device)
+    inner = 20 if device == "cuda" else 1
+    medians = time_rows(rows, device, repeats, warmup, inner, clock)
+    matmul_after = matmul_gflops(device, clock=clock)
     copy_time = medians["copy into existing (torch)"]
     table = [
         {
@@ -336,6 +346,7 @@ def run(shape=FULL_SHAPE, device="cpu", repeats=15, warmup=3, compile_=True) -> 
         for name, (group, _) in rows.items()
     ]
     info = machine(shape, device, repeats, warmup)
+    info["clock"] = "wall" if clock == "wall" else "CPU time of the process (all threads)"
     info["load average before (1, 5, 15 min)"] = load_before
     info["load average after (1, 5, 15 min)"] = _load()
     info["matmul GFLOP/s (float32)"] = round(min(matmul_before, matmul_after), 1)
@@ -423,6 +434,11 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch and Numba threads (default: theirs)"
     )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the process's CPU time, not the wall clock (meaningful with --threads 1)",
+    )
     parser.add_argument("--plot", action="store_true", help="save the figure under theory/figures")
     args = parser.parse_args(argv)
     if args.threads:
@@ -436,7 +452,12 @@ def main(argv=None) -> None:
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
     repeats = args.repeats or (5 if args.quick else 15)
     result = run(
-        shape, args.device, repeats, warmup=2 if args.quick else 3, compile_=not args.no_compile
+        shape,
+        args.device,
+        repeats,
+        warmup=2 if args.quick else 3,
+        compile_=not args.no_compile,
+        clock="cpu" if args.cpu_time else "wall",
     )
     print(format_table(result))
     if args.plot:
