@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import signal
@@ -91,8 +92,12 @@ def numpy_layernorm_two_pass(x, gamma, beta, out):
 # read a second (and for LayerNorm a third) time from the L1 cache, not from memory.
 
 
+@functools.cache
 def numba_kernels():
-    """Compile-on-first-call fused kernels, or None when Numba is not installed."""
+    """Compile-on-first-call fused kernels, or None when Numba is not installed.
+
+    Cached: every caller in one process shares the kernels, so each type compiles once.
+    """
     try:
         from numba import njit, prange
     except ImportError:
