@@ -68,13 +68,28 @@ def roofline_time(flops, bytes_moved, peak_flops, bandwidth):
     return max(flops / peak_flops, bytes_moved / bandwidth)
 
 
+def rms_into(x, gamma, eps=1e-5, out=None):
+    """A right fused answer in any style: here NumPy, writing into out when it is given."""
+    out = np.empty_like(x) if out is None else out
+    out[...] = rms(x, gamma, eps)
+    return out
+
+
+def layer_into(x, gamma, beta, eps=1e-5, out=None):
+    out = np.empty_like(x) if out is None else out
+    out[...] = layer(x, gamma, beta, eps)
+    return out
+
+
 RIGHT = {
     "rmsnorm_two_pass": rms,
     "layernorm_two_pass": layer,
+    "rmsnorm_fused": rms_into,
+    "layernorm_fused": layer_into,
     "bytes_moved": bytes_moved,
     "arithmetic_intensity": arithmetic_intensity,
     "roofline_time": roofline_time,
-    "COST_ANSWER": "c",
+    "COST_ANSWER": "d",
 }
 
 
@@ -92,12 +107,12 @@ def test_counting_references_agree_with_the_lab_table():
 
 
 def test_the_answer_may_be_written_with_parentheses_or_capital():
-    for answer in ["(c)", "C", " c "]:
+    for answer in ["(d)", "D", " d "]:
         results = run(COST_ANSWER=answer)
         assert all(r.passed for r in results), answer
 
 
-@pytest.mark.parametrize("answer", ["a", "b", "d", None, 3])
+@pytest.mark.parametrize("answer", ["a", "b", "c", None, 3])
 def test_wrong_answers_fail(answer):
     results = run(COST_ANSWER=answer)
     assert not any(r.passed for r in results)
@@ -240,6 +255,181 @@ def test_unbiased_variance_fails():
     assert not all(r.passed for r in run(layernorm_two_pass=unbiased))
 
 
+# ----------------------------------------------------------------------------- fused norms
+
+FUSED_HINTS = {probe.name: probe.hint for probe in cost.FUSED_LAYER_PROBES}
+FUSED_LAYER_CHECKS = [c.name for c in cost.LAB.checks if "layernorm_fused" in c.uses]
+
+
+def welford_layer(slip=""):
+    """LayerNorm with Welford's statistics, a row at a time, with one known slip (or none)."""
+
+    def forward(x, gamma, beta, eps=1e-5, out=None):
+        rows = np.asarray(x).reshape(-1, x.shape[-1])
+        result = np.empty(rows.shape, x.dtype)
+        for index, row in enumerate(rows):
+            mean, m2, n = 0.0, 0.0, 0
+            for value in row.astype(np.float64):
+                n += 1
+                delta = value - mean
+                if slip == "count":
+                    mean += delta / (n + 1)
+                elif slip == "d":
+                    mean += delta / len(row)
+                else:
+                    mean += delta / n
+                if slip == "old":
+                    m2 += delta * delta
+                elif slip == "new":
+                    m2 += (value - mean) ** 2
+                else:
+                    m2 += delta * (value - mean)
+            variance = m2 / (len(row) - 1) if slip == "unbiased" else m2 / len(row)
+            result[index] = gamma * (row - mean) / np.sqrt(variance + eps) + beta
+        result = result.reshape(x.shape)
+        if out is not None:
+            out[...] = result
+            return out
+        return result
+
+    return forward
+
+
+def one_sweep_layer(accumulator):
+    """E[x^2] - E[x]^2 from sums taken left to right in ``accumulator`` (a Numba-style loop)."""
+
+    def forward(x, gamma, beta, eps=1e-5, out=None):
+        rows = np.asarray(x).reshape(-1, x.shape[-1])
+        result = np.empty(rows.shape, x.dtype)
+        for index, row in enumerate(rows):
+            total, total_squares = accumulator(0), accumulator(0)
+            for value in row:
+                total = accumulator(total + accumulator(value))
+                total_squares = accumulator(total_squares + accumulator(value * value))
+            mean = float(total) / len(row)
+            variance = float(total_squares) / len(row) - mean * mean
+            result[index] = gamma * (row - mean) / np.sqrt(variance + eps) + beta
+        return result.reshape(x.shape)
+
+    return forward
+
+
+def test_welford_and_two_pass_both_get_full_marks():
+    for forward in (welford_layer(), layer_into):
+        results = [r for r in run(layernorm_fused=forward) if r.name in FUSED_LAYER_CHECKS]
+        assert len(results) == 3 and all(r.passed for r in results), messages(results)
+
+
+@pytest.mark.parametrize(
+    "slip, probe",
+    [
+        ("old", "Welford: old mean in both factors"),
+        ("new", "Welford: new mean in both factors"),
+        ("count", "Welford: count off by one"),
+        ("d", "Welford: divides by d at every step"),
+        ("unbiased", "unbiased variance"),
+    ],
+)
+def test_welford_slip_is_caught_with_its_hint(slip, probe):
+    results = run(layernorm_fused=welford_layer(slip))
+    assert not any(r.passed for r in results if r.name in FUSED_LAYER_CHECKS[:2])
+    assert FUSED_HINTS[probe] in messages(results)
+
+
+@pytest.mark.parametrize("accumulator", [np.float64, np.float32])
+def test_one_sweep_variance_is_caught_at_the_offset_only(accumulator):
+    results = {r.name: r for r in run(layernorm_fused=one_sweep_layer(accumulator))}
+    offset = results[FUSED_LAYER_CHECKS[1]]
+    assert "offset" in offset.name and not offset.passed
+    assert cost.CANCELLATION_HINT in offset.message
+    if accumulator is np.float64:  # without an offset, float64 sums are accurate enough
+        assert results[FUSED_LAYER_CHECKS[0]].passed
+
+
+def fresh_array(forward):
+    """A right answer that never writes into the out it is given."""
+
+    def fused(*args, eps=1e-5, out=None):
+        return forward(*args, eps=eps)
+
+    return fused
+
+
+@pytest.mark.parametrize(
+    "name, forward",
+    [("rmsnorm_fused", fresh_array(rms_into)), ("layernorm_fused", fresh_array(layer_into))],
+)
+def test_a_fresh_array_instead_of_out_is_caught(name, forward):
+    results = run(**{name: forward})
+    failed = [r for r in results if not r.passed]
+    assert len(failed) == 1 and "fills the out it is given" in failed[0].name
+    assert "the `out` array passed in was not filled" in failed[0].message
+    assert "NaN, as before the call" in failed[0].message
+
+
+def test_rebinding_out_inside_is_caught():
+    def rebinds(x, gamma, eps=1e-5, out=None):
+        out = np.empty_like(x)  # the caller's buffer is lost
+        out[...] = rms(x, gamma, eps)
+        return out
+
+    text = messages(run(rmsnorm_fused=rebinds))
+    assert "the `out` array passed in was not filled" in text
+
+
+def test_fused_float32_promoted_is_reported():
+    def promotes(x, gamma, eps=1e-5, out=None):
+        return rms(x.astype(np.float64), gamma, eps)
+
+    assert "dtype is float64 but the input was float32" in messages(run(rmsnorm_fused=promotes))
+
+
+def test_a_numba_kernel_is_graded_like_any_other():
+    numba = pytest.importorskip("numba")
+
+    @numba.njit(parallel=True)
+    def rows_kernel(x, gamma, eps, out):
+        for row in numba.prange(x.shape[0]):
+            total = 0.0
+            for value in x[row]:
+                total += value * value
+            scale = 1.0 / np.sqrt(total / x.shape[1] + eps)
+            for j in range(x.shape[1]):
+                out[row, j] = x[row, j] * scale * gamma[j]
+
+    def fused(x, gamma, eps=1e-5, out=None):
+        out = np.empty_like(x) if out is None else out
+        rows_kernel(
+            np.ascontiguousarray(x).reshape(-1, x.shape[-1]),
+            gamma.astype(x.dtype),
+            eps,
+            out.reshape(-1, x.shape[-1]),
+        )
+        return out
+
+    results = [r for r in run(rmsnorm_fused=fused) if "RMSNorm fused" in r.name]
+    assert len(results) == 2 and all(r.passed for r in results), messages(results)
+
+
+def test_problem_3_options_are_alike_in_length():
+    """The key does not stand out: at most 25% longer than the longest distractor."""
+    import re
+
+    import nbformat
+    from conftest import ROOT
+
+    notebook = nbformat.read(ROOT / "solutions" / "07_cost.ipynb", as_version=4)
+    text = next(c.source for c in notebook.cells if "## Practice problem 3" in c.source)
+    options = {
+        letter: " ".join(body.split())
+        for letter, body in re.findall(r"^- \((\w)\) (.*?)(?=^- \(|^\s*$)", text, re.M | re.S)
+    }
+    assert sorted(options) == ["a", "b", "c", "d"]
+    key = cost.COST_KEY
+    longest_distractor = max(len(body) for letter, body in options.items() if letter != key)
+    assert len(options[key]) <= 1.25 * longest_distractor
+
+
 # ----------------------------------------------------------------------------- counting bugs
 
 
@@ -372,3 +562,33 @@ def test_h200_numbers_of_the_chapter():
     assert moved == 8 * n == 201_326_592
     assert roofline_time(4 * n, moved, 67e12, 4.8e12) == pytest.approx(41.94e-6, rel=1e-3)
     assert roofline_time(7 * n, moved, 67e12, 4.8e12) == roofline_time(4 * n, moved, 67e12, 4.8e12)
+
+
+def test_out_is_read_back_across_the_process_boundary(tmp_path):
+    """`normlab grade` runs the notebook in a child; the filled `out` must come back from it."""
+    import json
+    import subprocess
+    import sys
+
+    import nbformat
+
+    cells = [
+        "import numpy as np",
+        "def rmsnorm_fused(x, gamma, eps=1e-5, out=None):\n"
+        "    y = gamma * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)\n"
+        "    return y  # never writes into out",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["normlab"] = {"lab": "07_cost"}
+    path = tmp_path / "07_cost.ipynb"
+    nbformat.write(notebook, path)
+    command = [sys.executable, "-m", "normlab.cli", "grade", str(path), "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (submission,) = json.loads(done.stdout)["submissions"]
+    checks = {c["name"]: c for c in submission["checks"] if "RMSNorm fused" in c["name"]}
+    assert len(checks) == 2
+    filled = next(c for name, c in checks.items() if "fills the out" in name)
+    assert not filled["passed"]
+    assert "the `out` array passed in was not filled" in filled["message"]
+    assert all(c["passed"] for name, c in checks.items() if "fills the out" not in name)

@@ -35,15 +35,28 @@ class Output:
     items: list[Item]
     is_tuple: bool
     forbidden_used: list[str] = dataclasses.field(default_factory=list)
+    # The arguments passed as ReadBack(...), as the function left them (in argument order).
+    read_back: list[Item] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_wire(cls, header: dict, arrays: list[np.ndarray]) -> Output:
-        items = []
-        for spec in header.get("items", []):
-            index = spec.get("array")
-            array = arrays[index] if isinstance(index, int) and 0 <= index < len(arrays) else None
-            items.append(Item(str(spec.get("kind")), array, str(spec.get("unsendable", ""))))
-        return cls(items, bool(header.get("tuple")), list(header.get("forbidden_used", [])))
+        def items_of(specs) -> list[Item]:
+            items = []
+            for spec in specs if isinstance(specs, list) else []:
+                if not isinstance(spec, dict):
+                    continue
+                index = spec.get("array")
+                valid = isinstance(index, int) and 0 <= index < len(arrays)
+                array = arrays[index] if valid else None
+                items.append(Item(str(spec.get("kind")), array, str(spec.get("unsendable", ""))))
+            return items
+
+        return cls(
+            items_of(header.get("items", [])),
+            bool(header.get("tuple")),
+            list(header.get("forbidden_used", [])),
+            items_of(header.get("read_back", [])),
+        )
 
     def describe(self) -> str:
         if self.is_tuple:
@@ -105,6 +118,17 @@ class AsTorch:
     array: np.ndarray
 
 
+@dataclasses.dataclass
+class ReadBack:
+    """Wrap an array argument (an ``out=`` buffer) to get it back as the function left it.
+
+    The function receives a plain NumPy array; after the call its contents come back in
+    ``Output.read_back`` (so a check can tell "wrote into ``out``" from "returned a new array").
+    """
+
+    array: np.ndarray
+
+
 def _is_json_scalar(value) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
@@ -117,6 +141,9 @@ def encode_args(args: Sequence, kwargs: dict) -> tuple[list, list, list, list]:
         if isinstance(value, AsTorch):
             arrays.append(np.asarray(value.array))
             return {"array": len(arrays) - 1, "as": "torch"}
+        if isinstance(value, ReadBack):
+            arrays.append(np.asarray(value.array))
+            return {"array": len(arrays) - 1, "read_back": True}
         if isinstance(value, np.ndarray):
             arrays.append(value)
             return {"array": len(arrays) - 1}

@@ -80,11 +80,19 @@ class InProcessSubmission(core.Submission):
         if name not in self.objects:
             raise core.MissingName(f"`{name}` was not given to check()")
         hits: list[str] = []
+        read_back: list = []
+
+        def copy(value):
+            if isinstance(value, core.ReadBack):
+                read_back.append(_copy(value.array))
+                return read_back[-1]
+            return _copy(value)
+
         try:
             # The learner sees the report, not NumPy's RuntimeWarnings from our edge cases.
             with forbidden_calls(self.forbidden.get(name, []), hits), _quiet():
                 result = self.objects[name](
-                    *map(_copy, args), **{k: _copy(v) for k, v in kwargs.items()}
+                    *map(copy, args), **{k: copy(v) for k, v in kwargs.items()}
                 )
         except NotImplementedError:
             raise core.NotImplementedYet(f"`{name}` is not implemented yet") from None
@@ -92,7 +100,7 @@ class InProcessSubmission(core.Submission):
             raise core.RaisedError(
                 f"`{name}` raised {type(error).__name__}: {error}", type(error).__name__
             ) from None
-        header, arrays = encode_result(result)
+        header, arrays = encode_result(result, read_back)
         header["forbidden_used"] = hits
         return core.Output.from_wire(header, arrays)
 

@@ -150,22 +150,34 @@ def to_arrays(value) -> tuple[dict, object]:
     return {"kind": kind, "dtype": str(array.dtype), "shape": list(array.shape)}, array
 
 
-def encode_result(result) -> tuple[dict, list]:
-    """A function's return value -> (header, arrays). Tuples become several items."""
+def encode_result(result, read_back: list = ()) -> tuple[dict, list]:
+    """A function's return value -> (header, arrays). Tuples become several items.
+
+    ``read_back``: arguments to send back as the call left them (header ``read_back``).
+    """
     is_tuple = isinstance(result, tuple)
     values = list(result) if is_tuple else [result]
-    items, arrays = [], []
-    for value in values:
+    arrays: list = []
+
+    def encode(value) -> dict:
         item, array = to_arrays(value)
         if array is not None:
             item["array"] = len(arrays)
             arrays.append(array)
-        items.append(item)
-    return {"ok": True, "tuple": is_tuple, "items": items}, arrays
+        return item
+
+    header = {"ok": True, "tuple": is_tuple, "items": [encode(v) for v in values]}
+    if read_back:
+        header["read_back"] = [encode(v) for v in read_back]
+    return header, arrays
 
 
-def decode_args(specs: list, arrays: list):
-    """Arguments from the wire: arrays (as NumPy or torch) and plain JSON values."""
+def decode_args(specs: list, arrays: list, read_back: list | None = None):
+    """Arguments from the wire: arrays (as NumPy or torch) and plain JSON values.
+
+    Arrays marked ``read_back`` are also appended to ``read_back``: they are sent back after the
+    call, as the function left them.
+    """
     decoded = []
     for spec in specs:
         if "array" in spec:
@@ -174,6 +186,8 @@ def decode_args(specs: list, arrays: list):
                 import torch
 
                 array = torch.from_numpy(array)
+            if spec.get("read_back") and read_back is not None:
+                read_back.append(array)
             decoded.append(array)
         else:
             value = spec["value"]
@@ -217,17 +231,18 @@ def serve(request_fd: int, reply_fd: int) -> None:
                 continue
             hits: list[str] = []
             try:
+                read_back: list = []
                 if op == "get":
                     result = namespace[name]
                 else:
-                    args = decode_args(header.get("args", []), arrays)
-                    values = decode_args(header.get("kwargs", []), arrays)
+                    args = decode_args(header.get("args", []), arrays, read_back)
+                    values = decode_args(header.get("kwargs", []), arrays, read_back)
                     kwargs = dict(zip(header.get("kwarg_names", []), values, strict=True))
                     with forbidden_calls(forbidden.get(name, []), hits):
                         result = run_with_timeout(
                             header["timeout"], namespace[name], *args, **kwargs
                         )
-                reply, out = encode_result(result)
+                reply, out = encode_result(result, read_back)
                 reply["forbidden_used"] = hits
             except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
                 reply, out = {"ok": False, **describe_error(error), "forbidden_used": hits}, []

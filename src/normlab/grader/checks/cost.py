@@ -4,6 +4,8 @@ The learner writes, in NumPy::
 
     rmsnorm_two_pass(x, gamma, eps=1e-5, out=None) -> y             # x: (..., d); gamma: (d,)
     layernorm_two_pass(x, gamma, beta, eps=1e-5, out=None) -> y
+    rmsnorm_fused(x, gamma, eps=1e-5, out=None) -> y                 # one read, one write (Numba)
+    layernorm_fused(x, gamma, beta, eps=1e-5, out=None) -> y
     bytes_moved(norm, implementation, n_rows, d, itemsize) -> int   # bytes to and from memory
     arithmetic_intensity(norm, implementation, itemsize) -> float   # FLOPs per byte
     roofline_time(flops, bytes_moved, peak_flops, bandwidth) -> float  # seconds
@@ -16,13 +18,21 @@ once). The counting rule, stated in the lab: every whole-array operation reads e
 (statistics, gamma, beta) are not counted. FLOPs: one per element for each elementwise add,
 subtract, multiply, divide or square of a full-size array, and one per element for a reduction
 (a sum or mean adds each element once). Timings are never graded: they depend on the machine.
+
+The fused norms are graded on what they compute and on where they write, not on how fast they
+run or which tool compiled them: any implementation that returns the right values and fills the
+``out`` it is given passes. Their probes add the slips of Welford's one-pass update and the
+cancellation of E[x^2] - E[x]^2 in a single sweep, at an offset where it loses every digit
+(float32 x = 1e4 + noise, and float64 x = 1e8 + noise for code that accumulates in float64).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from normlab.grader.core import Lab
+from normlab.grader.core import CheckFailed, Lab, ReadBack
 from normlab.grader.forbidden import LIBRARY_NORMS
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice
 
@@ -32,6 +42,8 @@ LAB = Lab(
     forbidden={
         "rmsnorm_two_pass": LIBRARY_NORMS,
         "layernorm_two_pass": LIBRARY_NORMS,
+        "rmsnorm_fused": LIBRARY_NORMS,
+        "layernorm_fused": LIBRARY_NORMS,
     },
 )
 
@@ -42,6 +54,9 @@ F32 = {"rtol": 1e-4, "atol": 1e-5}  # float32 accumulation over d <= 768: ~1e-6 
 # the one-pass variance errs by O(1) and is still far outside.
 OFFSET = {"rtol": 1e-3, "atol": 1e-2}
 EXACT = {"rtol": 1e-12, "atol": 0.0}  # counts are integers or ratios of integers
+# float64 x = 1e8 + noise: x carries ~8 digits of its noise, so a right answer errs by ~1e-7;
+# E[x^2] - E[x]^2 in float64 errs by O(1) there.
+OFFSET64 = {"rtol": 1e-5, "atol": 1e-5}
 
 # The counting model, written out once (the lab's table): full-size passes and FLOPs per element.
 PASSES = {
@@ -178,6 +193,112 @@ LAYER_PROBES = [
         "This matches the output without the gain: multiply by gamma before adding beta.",
         _layer_variant(use_gamma=False),
     ),
+]
+
+
+# ----------------------------------------------------------------------------- fused probes
+
+
+def _welford(x, slip=""):
+    """Mean and biased variance of each row by Welford's update, left to right, in float64.
+
+    ``slip`` names a known mistake in the update (see WELFORD_PROBES).
+    """
+    x = np.asarray(x, np.float64)
+    d = x.shape[-1]
+    mean = np.zeros(x.shape[:-1])
+    m2 = np.zeros(x.shape[:-1])
+    for k in range(d):
+        value = x[..., k]
+        delta = value - mean
+        count = {"count off by one": k + 2, "divides by d": d}.get(slip, k + 1)
+        mean = mean + delta / count
+        if slip == "old mean twice":
+            m2 = m2 + delta * delta
+        elif slip == "new mean twice":
+            m2 = m2 + (value - mean) ** 2
+        else:
+            m2 = m2 + delta * (value - mean)
+    variance = m2 / (d - 1) if slip == "unbiased" else m2 / d
+    return mean[..., None], variance[..., None]
+
+
+def _welford_variant(slip):
+    def forward(x, gamma, beta, eps, out=None):
+        mean, variance = _welford(x, slip)
+        return (np.asarray(x, np.float64) - mean) / np.sqrt(variance + eps) * gamma + beta
+
+    return forward
+
+
+def _one_sweep(accumulator):
+    """E[x^2] - E[x]^2 from a sum and a sum of squares taken in one left-to-right sweep.
+
+    The products x * x are formed in x's dtype and added into ``accumulator`` (what a loop with
+    ``total = 0.0`` does in Numba, or ``np.float32(0)``).
+    """
+
+    def forward(x, gamma, beta, eps, out=None):
+        x = np.asarray(x)
+        total = np.zeros(x.shape[:-1], accumulator)
+        total_squares = np.zeros(x.shape[:-1], accumulator)
+        for k in range(x.shape[-1]):
+            value = x[..., k]
+            total = total + value.astype(accumulator)
+            total_squares = total_squares + (value * value).astype(accumulator)
+        d = x.shape[-1]
+        mean = (total / d).astype(np.float64)[..., None]
+        variance = (total_squares / d).astype(np.float64)[..., None] - mean * mean
+        return (np.asarray(x, np.float64) - mean) / np.sqrt(variance + eps) * gamma + beta
+
+    return forward
+
+
+CANCELLATION_HINT = (
+    "This matches variance = E[x**2] - E[x]**2 from a sum and a sum of squares taken in one "
+    "sweep. With a large offset (float32 x ~ 1e4 + noise, or float64 x ~ 1e8 + noise) both "
+    "terms are huge and nearly equal, and their difference keeps none of the digits that "
+    "matter (catastrophic cancellation). Use Welford's update (delta = x - mean; mean += "
+    "delta / k; m2 += delta * (x - mean)) or two passes over the row while it is in cache: "
+    "first the mean, then the sum of (x - mean)**2."
+)
+
+FUSED_LAYER_PROBES = [
+    Probe(
+        "Welford: old mean in both factors",
+        "This matches Welford's update with m2 += delta * delta, where delta = x - (the mean "
+        "before the update). The second factor must use the mean *after* the update: "
+        "m2 += delta * (x - mean_new).",
+        _welford_variant("old mean twice"),
+    ),
+    Probe(
+        "Welford: new mean in both factors",
+        "This matches Welford's update with m2 += (x - mean_new)**2. One factor uses the mean "
+        "before the update, the other the mean after it: m2 += (x - mean_old) * (x - mean_new).",
+        _welford_variant("new mean twice"),
+    ),
+    Probe(
+        "Welford: count off by one",
+        "This matches mean += delta / (k + 1) for the k-th element counted from 1: the update "
+        "divides by the number of elements seen *including* the current one (1 for the first, "
+        "which makes the mean equal to the first element).",
+        _welford_variant("count off by one"),
+    ),
+    Probe(
+        "Welford: divides by d at every step",
+        "This matches mean += delta / d at every step. Welford's running mean divides by the "
+        "number of elements seen so far (1, 2, ..., d), not by the row's length.",
+        _welford_variant("divides by d"),
+    ),
+    Probe(
+        "unbiased variance",
+        "This matches m2 / (d - 1), the unbiased variance. LayerNorm divides by d (biased), as "
+        "F.layer_norm does.",
+        _welford_variant("unbiased"),
+    ),
+    Probe("one-sweep variance (float64 sums)", CANCELLATION_HINT, _one_sweep(np.float64)),
+    Probe("one-sweep variance (float32 sums)", CANCELLATION_HINT, _one_sweep(np.float32)),
+    *LAYER_PROBES,
 ]
 
 
@@ -422,6 +543,215 @@ def layer_edges(sub):
     _layer_case(sub, x, gamma, beta, "with out= a preallocated array", out=np.ones_like(x))
 
 
+# ----------------------------------------------------------------------------- fused checks
+
+NOT_INTO_OUT = (
+    "{what}: the array you returned is right, but the `out` array passed in was not filled "
+    "(it still holds {left}). A kernel that writes into a preallocated output must write into "
+    "*that* array: out[row, j] = ..., and return out. Rebinding the name (out = "
+    "np.empty_like(x)), or handing the kernel a copy (np.ascontiguousarray(out), out.astype), "
+    "writes somewhere else."
+)
+
+
+def _fused_case(sub, name, args, expected, candidates, what, tol=F64, dtype=None):
+    result = sub.call(name, *args, eps=EPS)
+    expect_array(
+        result,
+        expected,
+        what=f"{name}, {what}",
+        candidates=candidates,
+        dtype=dtype,
+        **tol,
+    )
+
+
+def _fused_into_out(sub, name, args, expected, candidates, what):
+    """Call with out= a NaN-filled buffer; both the return and the buffer must hold the answer."""
+    x = args[0]
+    buffer = np.full_like(x, np.nan)
+    result = sub.call(name, *args, eps=EPS, out=ReadBack(buffer))
+    what = f"{name}, {what}, with out= a preallocated array"
+    expect_array(result, expected, what=what, candidates=candidates, **F64)
+    if len(result.read_back) != 1:
+        raise CheckFailed(f"{what}: the `out` array did not come back from the call")
+    filled = result.read_back[0]
+    if filled.array is not None and filled.array.shape == expected.shape:
+        left = "NaN, as before the call" if np.isnan(filled.array).all() else "other values"
+    else:
+        left = "something else"
+    try:
+        expect_array(
+            dataclasses.replace(result, items=[filled], is_tuple=False),
+            expected,
+            what=f"{what} (the `out` array after the call)",
+            **F64,
+        )
+    except CheckFailed:
+        raise CheckFailed(NOT_INTO_OUT.format(what=what, left=left)) from None
+
+
+@LAB.check(
+    "RMSNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)", 2, ["rmsnorm_fused"]
+)
+def rms_fused_random(sub):
+    rng = np.random.default_rng(720)
+    for shape in [(6, 8), (2, 3, 16)]:
+        gamma, _ = params(rng, shape[-1])
+        x = rows(rng, shape)
+        what = f"x of shape {shape}"
+        candidates = evaluate(RMS_PROBES, x, gamma, EPS)
+        _fused_case(sub, "rmsnorm_fused", (x, gamma), oracle_rms(x, gamma, EPS), candidates, what)
+    gamma, _ = params(rng, 64, np.float32)
+    x32 = rows(rng, (5, 64)).astype(np.float32)
+    _fused_case(
+        sub,
+        "rmsnorm_fused",
+        (x32, gamma),
+        oracle_rms(x32, gamma, EPS),
+        evaluate(RMS_PROBES, x32, gamma, EPS),
+        "float32 x of shape (5, 64)",
+        F32,
+        np.float32,
+    )
+
+
+@LAB.check(
+    "RMSNorm fused: a zero row, a non-contiguous view, and it fills the out it is given",
+    1,
+    ["rmsnorm_fused"],
+)
+def rms_fused_edges(sub):
+    rng = np.random.default_rng(721)
+    x = rows(rng, (4, 16))
+    x[0] = 0.0
+    x[1] *= 1e-3
+    gamma = params(rng, 16)[0]
+    expected = oracle_rms(x, gamma, EPS)
+    candidates = evaluate(RMS_PROBES, x, gamma, EPS)
+    _fused_case(sub, "rmsnorm_fused", (x, gamma), expected, candidates, "rows of RMS 0 and ~3e-3")
+    wide = rows(rng, (4, 32))[:, ::2]
+    _fused_case(
+        sub,
+        "rmsnorm_fused",
+        (wide, gamma),
+        oracle_rms(wide, gamma, EPS),
+        evaluate(RMS_PROBES, wide, gamma, EPS),
+        "a non-contiguous view x[:, ::2]",
+    )
+    x = rows(rng, (3, 4, 8))
+    gamma = params(rng, 8)[0]
+    _fused_into_out(
+        sub,
+        "rmsnorm_fused",
+        (x, gamma),
+        oracle_rms(x, gamma, EPS),
+        evaluate(RMS_PROBES, x, gamma, EPS),
+        "x of shape (3, 4, 8)",
+    )
+
+
+@LAB.check(
+    "LayerNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)",
+    2,
+    ["layernorm_fused"],
+)
+def layer_fused_random(sub):
+    rng = np.random.default_rng(730)
+    for shape in [(6, 8), (2, 3, 16)]:
+        gamma, beta = params(rng, shape[-1])
+        x = rows(rng, shape)
+        _fused_case(
+            sub,
+            "layernorm_fused",
+            (x, gamma, beta),
+            oracle_layer(x, gamma, beta, EPS),
+            evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS),
+            f"x of shape {shape}",
+        )
+    gamma, beta = params(rng, 64, np.float32)
+    x32 = rows(rng, (5, 64)).astype(np.float32)
+    _fused_case(
+        sub,
+        "layernorm_fused",
+        (x32, gamma, beta),
+        oracle_layer(x32, gamma, beta, EPS),
+        evaluate(FUSED_LAYER_PROBES, x32, gamma, beta, EPS),
+        "float32 x of shape (5, 64)",
+        F32,
+        np.float32,
+    )
+
+
+@LAB.check(
+    "LayerNorm fused at an offset: float32 x = 1e4 + noise, float64 x = 1e8 + noise",
+    2,
+    ["layernorm_fused"],
+)
+def layer_fused_offset(sub):
+    rng = np.random.default_rng(731)
+    gamma, beta = params(rng, 64, np.float32)
+    x32 = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
+    _fused_case(
+        sub,
+        "layernorm_fused",
+        (x32, gamma, beta),
+        oracle_layer(x32, gamma, beta, EPS),
+        evaluate(FUSED_LAYER_PROBES, x32, gamma, beta, EPS),
+        "float32 x = 1e4 + noise, shape (4, 64)",
+        OFFSET,
+        np.float32,
+    )
+    gamma, beta = params(rng, 64)
+    x64 = 1e8 + rng.normal(size=(4, 64))
+    _fused_case(
+        sub,
+        "layernorm_fused",
+        (x64, gamma, beta),
+        oracle_layer(x64, gamma, beta, EPS),
+        evaluate(FUSED_LAYER_PROBES, x64, gamma, beta, EPS),
+        "float64 x = 1e8 + noise, shape (4, 64)",
+        OFFSET64,
+    )
+
+
+@LAB.check(
+    "LayerNorm fused: a constant row, d = 1, a non-contiguous view, and it fills the out it is "
+    "given",
+    1,
+    ["layernorm_fused"],
+)
+def layer_fused_edges(sub):
+    rng = np.random.default_rng(732)
+    x = rows(rng, (4, 8))
+    x[0] = 3.0
+    x[1] = 3.0 + 1e-3 * rng.normal(size=8)
+    gamma, beta = params(rng, 8)
+
+    def case(x, gamma, beta, what):
+        _fused_case(
+            sub,
+            "layernorm_fused",
+            (x, gamma, beta),
+            oracle_layer(x, gamma, beta, EPS),
+            evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS),
+            what,
+        )
+
+    case(x, gamma, beta, "a constant row and a row of variance ~1e-6")
+    case(rows(rng, (5, 1)), gamma[:1], beta[:1], "d = 1")
+    case(rows(rng, (3, 16))[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2]")
+    x = rows(rng, (2, 3, 8))
+    _fused_into_out(
+        sub,
+        "layernorm_fused",
+        (x, gamma, beta),
+        oracle_layer(x, gamma, beta, EPS),
+        evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS),
+        "x of shape (2, 3, 8)",
+    )
+
+
 # ----------------------------------------------------------------------------- counting checks
 
 
@@ -472,12 +802,16 @@ def roofline_cases(sub):
         _expect_number(sub, "roofline_time", args, expected, ROOFLINE_PROBES, what)
 
 
+COST_KEY = "d"
+
+
 @LAB.check("problem 3: what the benchmark shows (multiple choice)", 1, ["COST_ANSWER"])
 def cost_answer(sub):
     expect_choice(
         sub.get("COST_ANSWER"),
-        "c",
+        COST_KEY,
         what="COST_ANSWER",
-        hint="Compare each statement with the measured table in the chapter: the naive rows, "
-        "the fused/compiled rows, and where each stands against the copy.",
+        hint="Compare each statement with the measured table in the chapter: the naive rows "
+        "against their pass counts, the two fused rows against each other and the copy, the "
+        "fresh-output rows, and the Welford row.",
     )
