@@ -465,22 +465,23 @@ def backward_3d(sub):
 # ----------------------------------------------------------------------------- practice problem 1
 
 
-def _d1_probes(gamma, beta, shape):
-    return [
-        Probe(
-            "gamma",
-            "gamma multiplies x_hat, and with d = 1 x_hat = 0: gamma cannot appear in the output.",
-            lambda x: np.broadcast_to(gamma, shape),
-        ),
-        Probe(
-            "x", "The output does not depend on x when d = 1, because x - mean = 0.", lambda x: x
-        ),
-        Probe(
-            "gamma + beta",
-            "x_hat = 0 when d = 1, so gamma * x_hat + beta = beta.",
-            lambda x: np.broadcast_to(gamma + beta, shape),
-        ),
-    ]
+D1_PROBES = [
+    Probe(
+        "gamma",
+        "gamma multiplies x_hat, and with d = 1 x_hat = 0: gamma cannot appear in the output.",
+        lambda x, gamma, beta: np.broadcast_to(gamma, np.shape(x)),
+    ),
+    Probe(
+        "x",
+        "The output does not depend on x when d = 1, because x - mean = 0.",
+        lambda x, gamma, beta: x,
+    ),
+    Probe(
+        "gamma + beta",
+        "x_hat = 0 when d = 1, so gamma * x_hat + beta = beta.",
+        lambda x, gamma, beta: np.broadcast_to(gamma + beta, np.shape(x)),
+    ),
+]
 
 
 @LAB.check("problem 1: d1_output gives LayerNorm's output for d = 1", points=1, uses=["d1_output"])
@@ -493,7 +494,7 @@ def problem_d1_output(sub):
             sub.call("d1_output", x, gamma, beta),
             np.broadcast_to(beta, shape),
             what=f"d1_output, x of shape {shape}",
-            candidates=evaluate(_d1_probes(gamma, beta, shape), x),
+            candidates=evaluate(D1_PROBES, x, gamma, beta),
             hint="With one feature the mean is the feature itself.",
             **F64,
         )
@@ -513,6 +514,8 @@ def problem_d1_answer(sub):
 
 
 def _d2_probes():
+    """The d = 2 probes: ``compute(x, eps)``, the arguments of ``d2_xhat``."""
+
     def sign_only(x, eps):
         delta = (x[..., :1] - x[..., 1:]) / 2
         return np.concatenate([np.sign(delta), -np.sign(delta)], axis=-1)
@@ -548,6 +551,17 @@ def _d2_probes():
     ]
 
 
+D2_PROBES = _d2_probes()
+
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "layernorm_forward": FORWARD_PROBES,
+    "layernorm_backward": BACKWARD_PROBES,
+    "d1_output": D1_PROBES,
+    "d2_xhat": D2_PROBES,
+}
+
+
 @LAB.check("problem 2: d2_xhat gives x_hat for d = 2 in closed form", points=1, uses=["d2_xhat"])
 def problem_d2_xhat(sub):
     rng = np.random.default_rng(60)
@@ -563,7 +577,7 @@ def problem_d2_xhat(sub):
             sub.call("d2_xhat", x, eps=eps),
             oracle_forward(x, ones, zeros, eps),
             what=f"d2_xhat, {what}",
-            candidates=evaluate(_d2_probes(), x, eps),
+            candidates=evaluate(D2_PROBES, x, eps),
             **F64,
         )
 

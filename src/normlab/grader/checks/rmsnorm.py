@@ -396,6 +396,15 @@ RMS_JACOBIAN_PROBES = [
 ]
 
 
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "rmsnorm_forward": FORWARD_PROBES,
+    "rmsnorm_backward": BACKWARD_PROBES,
+    "layernorm_jacobian": LAYER_JACOBIAN_PROBES,
+    "rmsnorm_jacobian": RMS_JACOBIAN_PROBES,
+}
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
