@@ -124,3 +124,25 @@ def test_eps_ignored_matches_a_hard_coded_value_and_not_the_right_answer():
     assert probes[1].hint in message and probes[0].hint not in message
     # called by keyword too, as a learner's function is
     assert np.allclose(probes[1].compute(x, eps=1e-3), got)
+
+
+def test_float32_and_a_slip_together_name_both():
+    # llm.c's float32 LayerNorm with eps = 1e-5 written inside, called with eps = 1e-3
+    def right(x, eps):
+        centred = x - x.mean(-1, keepdims=True)
+        return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps)
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 8)) * np.geomspace(0.01, 1, 4)[:, None]
+    got = right(x.astype(np.float32), np.float32(1e-5)).astype(np.float64)
+    probes = eps_ignored(right, "thing")
+    message = failure(got, right(x, 1e-3), candidates=evaluate(probes, x, 1e-3))
+    assert f"Why: {probes[0].hint}" in message
+    assert "And: every value returned is a float32 number" in message
+    # a probe equal to the right answer on this input never "matches" up to float32 rounding
+    message = failure(
+        (right(x, 1e-3).astype(np.float32) * np.float32(1 + 5e-7)).astype(np.float64),
+        right(x, 1e-3),
+        candidates=evaluate(probes + [Probe("same", "Same.", right)], x, 1e-3),
+    )
+    assert "Same." not in message and "Why: precision, not the formula" in message

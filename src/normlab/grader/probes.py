@@ -271,6 +271,41 @@ def float32_precision(got: np.ndarray, expected: np.ndarray, rtol: float) -> str
     return ""
 
 
+def float32_slips(got: np.ndarray, expected: np.ndarray, candidates, index, rtol: float) -> str:
+    """Probes that a float32-valued answer matches up to float32 rounding, with both reasons.
+
+    Code that computes in float32 AND has a known slip (llm.c's float32 LayerNorm with a
+    hard-coded eps) matches neither the right answer nor the slip's probe at a float64
+    tolerance; at float32's it matches the probe. Returns "" unless that is the case.
+    """
+    if rtol > 1e-5 or not np.issubdtype(got.dtype, np.floating):
+        return ""
+    got64 = got.astype(np.float64)
+    finite = np.isfinite(got64)
+    if not finite.any() or not np.all(
+        got64[finite].astype(np.float32).astype(np.float64) == got64[finite]
+    ):
+        return ""
+    rtol32, atol32 = 1e-4, 1e-4 * float(np.abs(got64[finite]).max())
+    # only probes that differ from the right answer by more than float32's rounding
+    telling = []
+    for probe, wrong in candidates:
+        picked = _pick(wrong, index)
+        if picked is None:
+            continue
+        picked = np.asarray(picked, dtype=np.float64)
+        if not _close(picked, expected.astype(np.float64), rtol32, atol32):
+            telling.append((probe, wrong))
+    found = matching_probes(got64, telling, index, rtol32, atol32)
+    if not found:
+        return ""
+    return explain(found) + (
+        "\nAnd: every value returned is a float32 number, so it matches that slip only up to "
+        "float32's rounding: the computation also runs in float32. Keep the input's dtype, "
+        "float64 here, throughout."
+    )
+
+
 def expect_array(
     out: Output,
     expected: np.ndarray,
@@ -337,7 +372,11 @@ def expect_array(
     worst_index = tuple(int(i) for i in worst)
     rel = abs_error / np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
     if not matched:
-        why = float32_precision(got, expected, rtol) or why
+        why = (
+            float32_slips(got, expected, candidates, index, rtol)
+            or float32_precision(got, expected, rtol)
+            or why
+        )
     raise CheckFailed(
         f"{what}: max abs error {float(abs_error.max()):.3g}, worst at index {worst_index} "
         f"(got {float(got64[worst]):.6g}, expected {float(expected[worst]):.6g}); "
