@@ -27,6 +27,7 @@ from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import (
     Probe,
+    eps_ignored,
     evaluate,
     expect_array,
     expect_choice,
@@ -226,6 +227,7 @@ STANDARDIZE_PROBES = [
         "keepdims=True.",
         _standardize_without_keepdims,
     ),
+    *eps_ignored(_standardized, "standardization"),
 ]
 
 
@@ -461,12 +463,12 @@ BACKWARD_PROBES = [
 # ----------------------------------------------------------------------------- standardize checks
 
 
-def _standardize_case(sub, x, axis, what, tol=F64, dtype=None):
+def _standardize_case(sub, x, axis, what, tol=F64, dtype=None, eps=EPS):
     expect_array(
-        sub.call("standardize", x, axis=axis, eps=EPS),
-        oracle_standardize(x, axis),
+        sub.call("standardize", x, axis=axis, eps=eps),
+        oracle_standardize(x, axis, eps),
         what=f"standardize, {what}",
-        candidates=evaluate(STANDARDIZE_PROBES, x, axis, EPS),
+        candidates=evaluate(STANDARDIZE_PROBES, x, axis, eps),
         dtype=dtype,
         **tol,
     )
@@ -489,6 +491,9 @@ def standardize_last_axis(sub):
     for shape in [(6, 6), (5, 9), (1, 12)]:  # square first: exposes missing keepdims
         x = rows_with_varied_scale(rng, shape)
         _standardize_case(sub, x, -1, f"x of shape {shape}, axis=-1")
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = rows_with_varied_scale(rng, (6, 8))
+    _standardize_case(sub, x, -1, "x of shape (6, 8), axis=-1, eps = 1e-3", eps=1e-3)
 
 
 @LAB.check(
