@@ -435,3 +435,87 @@ def test_stub_reports_not_implemented_and_does_not_raise():
 
     results = run(batchnorm_forward=stub, batchnorm_backward=stub)
     assert results and all("not implemented yet" in r.message for r in results)
+
+
+# ----------------------------------------------------------------------------- real-world code
+# Implementations in the styles public code uses, each with a slip that real code has.
+
+
+def cs231n_forward(store="biased", keep_momentum=False, hard_coded_eps=None):
+    """CS231n's batchnorm_forward (a cache, bn_param-style running statistics), fitted to this
+    lab's signature. CS231n stores the biased np.var(x, axis=0) in running_var and uses
+    momentum as the weight of the OLD average (0.9 there)."""
+
+    def batchnorm_forward(
+        x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5
+    ):
+        eps = hard_coded_eps or eps
+        bn_param = {"running_mean": running_mean.copy(), "running_var": running_var.copy()}
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        axes = (0,) + tuple(range(2, x.ndim))
+        if training:
+            sample_mean = x.mean(axis=axes)
+            sample_var = x.var(axis=axes)
+            x_hat = (x - sample_mean.reshape(shape)) / np.sqrt(sample_var.reshape(shape) + eps)
+            out = gamma.reshape(shape) * x_hat + beta.reshape(shape)
+            n = x.size // x.shape[1]
+            stored = sample_var if store == "biased" else sample_var * n / (n - 1)
+            old = momentum if keep_momentum else 1 - momentum
+            bn_param["running_mean"] = old * bn_param["running_mean"] + (1 - old) * sample_mean
+            bn_param["running_var"] = old * bn_param["running_var"] + (1 - old) * stored
+        else:
+            mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+            out = gamma.reshape(shape) * (x - mean) / np.sqrt(var + eps) + beta.reshape(shape)
+        return out, bn_param["running_mean"], bn_param["running_var"]
+
+    return batchnorm_forward
+
+
+def test_cs231n_biased_running_variance_costs_one_check_and_is_named_once():
+    results = run(batchnorm_forward=cs231n_forward())
+    failed = [r for r in results if not r.passed]
+    assert [r.name for r in failed] == [
+        "train mode: running statistics updated like PyTorch (momentum, unbiased variance)"
+    ]
+    hint = HINTS["running variance stored biased"]
+    assert sum(r.message.count(hint) for r in results) == 1
+    assert sum(r.max_points - r.points for r in results) == 2
+
+
+def test_cs231n_momentum_and_biased_variance_together_name_both():
+    message = messages(run(batchnorm_forward=cs231n_forward(keep_momentum=True)))
+    assert "(momentum convention flipped) and (running variance stored biased)" in message
+    assert HINTS["momentum convention flipped"] in message
+    assert HINTS["running variance stored biased"] in message
+
+
+def test_cs231n_style_with_the_unbiased_running_variance_gets_full_marks():
+    results = run(batchnorm_forward=cs231n_forward(store="unbiased"))
+    assert [r.message for r in results if not r.passed] == []
+
+
+FORWARD_HINTS = {probe.name: probe.hint for probe in bn.FORWARD_PROBES}
+BACKWARD_HINTS = {probe.name: probe.hint for probe in bn.BACKWARD_PROBES}
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1e-5"), (1e-6, "1e-6"), (1e-8, "1e-8")])
+def test_eps_accepted_but_ignored_is_named(value, text):
+    message = messages(run(batchnorm_forward=cs231n_forward("unbiased", hard_coded_eps=value)))
+    assert FORWARD_HINTS[f"eps ignored ({text} hard-coded)"] in message
+
+    def batchnorm_backward(dy, x, gamma, eps=1e-5):
+        return make_backward()(dy, x, gamma, value)
+
+    message = messages(run(batchnorm_backward=batchnorm_backward))
+    assert BACKWARD_HINTS[f"eps ignored ({text} hard-coded)"] in message
+
+
+def test_nan_in_backward_names_the_constant_column():
+    def no_eps(dy, x, gamma, eps=1e-5):
+        with np.errstate(all="ignore"):
+            return make_backward()(dy, x, gamma, 0.0)
+
+    message = messages(run(batchnorm_backward=no_eps))
+    assert "they are all in column 1 (the other 3 columns are finite)" in message
+    assert "where x is constant along the column" in message
+    assert BACKWARD_HINTS["no eps in the backward pass"] in message

@@ -667,3 +667,25 @@ def test_autograd_in_statistics_gradients_earns_nothing():
     results = run(group_stat_grads=autograd)
     assert all(not r.passed for r in results)
     assert "from scratch" in messages(results)
+
+
+# ----------------------------------------------------------------------------- eps ignored
+
+
+def _with_eps(function, value):
+    """``function`` with its eps argument replaced by a constant: eps accepted but ignored."""
+
+    def ignoring(*args, eps=1e-5):
+        return function(*args, eps=value)
+
+    ignoring.__name__ = function.__name__
+    return ignoring
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1e-5"), (1e-6, "1e-6"), (1e-8, "1e-8")])
+@pytest.mark.parametrize("function", [normalize_over, group_norm_forward, group_norm_backward])
+def test_eps_accepted_but_ignored_is_named(function, value, text):
+    results = run(**{function.__name__: _with_eps(function, value)})
+    assert caught_with(results, f"eps ignored ({text} hard-coded)")
+    if value == 1e-5:  # the lab's default: only the case with eps = 1e-3 can tell
+        assert "eps = 1e-3" in messages(results)

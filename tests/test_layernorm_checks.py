@@ -9,6 +9,8 @@ from normlab.grader import notebook
 from normlab.grader.checks import layernorm as ln
 
 HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES + ln.BACKWARD_PROBES}
+FORWARD_HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES}
+BACKWARD_HINTS = {probe.name: probe.hint for probe in ln.BACKWARD_PROBES}
 
 
 def run(**functions):
@@ -358,3 +360,169 @@ def test_d2_mistakes_are_explained(wrong, expected_text):
 def test_problem_2_and_3_multiple_choice(name, answer, passes):
     (result,) = run(**{name: answer})
     assert result.passed is passes
+
+
+# ----------------------------------------------------------------------------- real-world code
+# Implementations in the styles public code uses, each with a slip that real code has.
+
+
+class AnnotatedLayerNorm:
+    """The Annotated Transformer's LayerNorm module, in NumPy: a * (x - mean) / (std + eps) + b.
+
+    ``ddof`` is 1 there (torch's std is unbiased by default) and eps sits outside the root.
+    """
+
+    def __init__(self, features, eps=1e-6, ddof=1, eps_inside=False):
+        self.a_2, self.b_2 = np.ones(features), np.zeros(features)
+        self.eps, self.ddof, self.eps_inside = eps, ddof, eps_inside
+
+    def __call__(self, x):
+        mean = x.mean(-1, keepdims=True)
+        if self.eps_inside:
+            std = np.sqrt(x.var(-1, ddof=self.ddof, keepdims=True) + self.eps)
+            return self.a_2 * (x - mean) / std + self.b_2
+        std = x.std(-1, ddof=self.ddof, keepdims=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+
+def annotated_module(**options):
+    def layernorm_forward(x, gamma, beta, eps=1e-5):
+        norm = AnnotatedLayerNorm(x.shape[-1], eps, **options)
+        norm.a_2, norm.b_2 = gamma, beta
+        return norm(x)
+
+    return layernorm_forward
+
+
+def test_annotated_transformer_layernorm_names_both_slips():
+    message = messages(run(layernorm_forward=annotated_module()))
+    both = "This matches two slips at once: (unbiased variance) and (eps outside the root)."
+    assert both in message
+    assert FORWARD_HINTS["unbiased variance"] in message
+    assert FORWARD_HINTS["eps outside the root"] in message
+
+
+def test_annotated_transformer_module_fixed_gets_full_marks():
+    results = run(layernorm_forward=annotated_module(ddof=0, eps_inside=True))
+    assert [r.message for r in results if not r.passed] == []
+
+
+def hard_coded_eps_forward(value):
+    def layernorm_forward(x, gamma, beta, eps=1e-5):
+        mu = x.mean(-1, keepdims=True)
+        return gamma * (x - mu) / np.sqrt(x.var(-1, keepdims=True) + value) + beta
+
+    return layernorm_forward
+
+
+def hard_coded_eps_backward(value):
+    def layernorm_backward(dy, x, gamma, eps=1e-5):
+        return backward(dy, x, gamma, value)
+
+    return layernorm_backward
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1e-5"), (1e-6, "1e-6"), (1e-8, "1e-8")])
+def test_eps_accepted_but_ignored_is_named(value, text):
+    forward_results = run(layernorm_forward=hard_coded_eps_forward(value))
+    failed = [r for r in forward_results if not r.passed]
+    assert FORWARD_HINTS[f"eps ignored ({text} hard-coded)"] in messages(forward_results)
+    if value == 1e-5:  # the lab's default: only the case with another eps can tell
+        assert "eps = 1e-3" in messages(forward_results)
+        assert [r.name for r in failed] == ["forward matches torch on random (N, d) inputs"]
+    backward_results = run(layernorm_backward=hard_coded_eps_backward(value))
+    assert BACKWARD_HINTS[f"eps ignored ({text} hard-coded)"] in messages(backward_results)
+
+
+class LlmcLayerNorm:
+    """llm.c's reference LayerNorm (forward, and backward from a cache) in torch tensors.
+
+    ``dtype=torch.float32`` is llm.c's: everything in float32, whatever the input; None keeps
+    the input's dtype.
+    """
+
+    def __init__(self, dtype=None):
+        self.dtype = dtype
+
+    def forward(self, x, w, b, eps=1e-5):
+        import torch
+
+        dtype = self.dtype or torch.from_numpy(np.asarray(x)).dtype
+        x, w, b = (torch.tensor(a, dtype=dtype) for a in (x, w, b))
+        mean = x.sum(-1, keepdim=True) / x.shape[-1]
+        xshift = x - mean
+        var = (xshift**2).sum(-1, keepdim=True) / x.shape[-1]
+        rstd = (var + eps) ** -0.5
+        norm = xshift * rstd
+        return norm * w + b, (x, w, mean, rstd)
+
+    def backward_pass(self, dout, cache):
+        import torch
+
+        x, w, mean, rstd = cache
+        dout = torch.tensor(dout, dtype=x.dtype)
+        norm = (x - mean) * rstd
+        lead = tuple(range(x.ndim - 1))
+        db, dw = dout.sum(lead), (dout * norm).sum(lead)
+        dnorm = dout * w
+        dx = dnorm - dnorm.mean(-1, keepdim=True) - (dnorm * norm).mean(-1, keepdim=True) * norm
+        return dx * rstd, dw, db
+
+
+def llmc_functions(dtype=None):
+    layer = LlmcLayerNorm(dtype)
+
+    def layernorm_forward(x, gamma, beta, eps=1e-5):
+        return layer.forward(x, gamma, beta, eps)[0].numpy().astype(x.dtype)
+
+    def layernorm_backward(dy, x, gamma, eps=1e-5):
+        _, cache = layer.forward(x, gamma, np.zeros_like(gamma), eps)
+        return tuple(g.numpy().astype(np.float64) for g in layer.backward_pass(dy, cache))
+
+    return {"layernorm_forward": layernorm_forward, "layernorm_backward": layernorm_backward}
+
+
+def test_float32_inside_float64_outside_is_called_a_precision_problem():
+    import torch
+
+    results = run(**llmc_functions(torch.float32))
+    failed = {r.name: r.message for r in results if not r.passed}
+    precision = "Why: precision, not the formula. Every value returned is a float32 number"
+    assert precision in failed["forward matches torch on random (N, d) inputs"]
+    assert precision in failed["backward: dx matches autograd"]
+    assert precision in failed["backward: dgamma and dbeta match autograd"]
+    for message in failed.values():
+        assert "matches the unbiased" not in message and "eps outside" not in message
+
+
+def test_llmc_style_class_in_the_input_dtype_gets_full_marks():
+    results = run(**llmc_functions())
+    assert [r.message for r in results if not r.passed] == []
+
+
+def no_eps_backward(dy, x, gamma, eps=1e-5):
+    with np.errstate(all="ignore"):
+        return backward(dy, x, gamma, 0.0)
+
+
+def test_nan_in_backward_says_where_it_appears():
+    message = messages(run(layernorm_backward=no_eps_backward))
+    assert "they are all in row 0 (the other 3 rows are finite)" in message
+    assert "where x is constant along the row" in message
+    assert BACKWARD_HINTS["no eps in the backward pass"] in message
+
+    def variance_from_unbiased(dy, x, gamma, eps=1e-5):
+        # torch's default var() is unbiased; rescaling it by (d - 1) / d is right for d > 1
+        # but 0/0 * 0 = NaN for d = 1
+        d = x.shape[-1]
+        with np.errstate(all="ignore"):
+            var = x.var(-1, ddof=1, keepdims=True) * (d - 1) / d
+        sigma = np.sqrt(var + eps)
+        x_hat = (x - x.mean(-1, keepdims=True)) / sigma
+        g = dy * gamma
+        dx = (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True)) / sigma
+        lead = tuple(range(x.ndim - 1))
+        return dx, (dy * x_hat).sum(lead), dy.sum(lead)
+
+    message = messages(run(layernorm_backward=variance_from_unbiased))
+    assert "x has d = 1 feature per row" in message

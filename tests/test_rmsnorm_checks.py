@@ -244,6 +244,9 @@ def test_backward_is_finite_for_a_row_of_zeros():
 
     results = run(rmsnorm_backward=nan_for_zero_rows)
     assert "non-finite" in messages(results)
+    assert "they are all in row 0 (the other 3 rows are finite), where every value of x is 0" in (
+        messages(results)
+    )
 
 
 # ----------------------------------------------------------------------------- Jacobian bugs
@@ -414,3 +417,116 @@ def test_stub_reports_not_implemented_and_does_not_raise():
 
     results = run(layernorm_jacobian=stub, rmsnorm_jacobian=stub)
     assert len(results) == 4 and all("not implemented yet" in r.message for r in results)
+
+
+# ----------------------------------------------------------------------------- real-world code
+# Implementations in the styles public code uses, each with a slip that real code has.
+
+
+class LlamaRMSNorm:
+    """LLaMA's RMSNorm module, in NumPy: eps fixed when the module is built (1e-6 there).
+
+    ``float32=True`` also copies its ``self._norm(x.float()).type_as(x)``: the normalization
+    runs in float32 whatever the input's dtype.
+    """
+
+    def __init__(self, dim, eps=1e-6, float32=False):
+        self.eps, self.weight, self.float32 = eps, np.ones(dim), float32
+
+    def _norm(self, x):
+        return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + self.eps)
+
+    def __call__(self, x):
+        if self.float32:
+            return self._norm(x.astype(np.float32)).astype(x.dtype) * self.weight
+        return self._norm(x) * self.weight
+
+
+def llama_forward(eps_from_argument=False, float32=False):
+    def rmsnorm_forward(x, gamma, eps=1e-6):
+        if eps_from_argument:
+            norm = LlamaRMSNorm(x.shape[-1], eps, float32)
+        else:
+            norm = LlamaRMSNorm(x.shape[-1], float32=float32)  # eps left at its default
+        norm.weight = gamma
+        return norm(x)
+
+    return rmsnorm_forward
+
+
+def test_llama_rmsnorm_with_its_eps_hard_coded_is_named():
+    results = run(rmsnorm_forward=llama_forward())
+    failed = [r for r in results if not r.passed]
+    assert [r.name for r in failed] == ["forward matches torch on random (N, d) inputs"]
+    assert "eps = 1e-3" in failed[0].message
+    assert FORWARD_HINTS["eps ignored (1e-6 hard-coded)"] in failed[0].message
+
+
+def test_llama_rmsnorm_in_float32_is_called_a_precision_problem():
+    results = run(rmsnorm_forward=llama_forward(eps_from_argument=True, float32=True))
+    message = messages(results)
+    # gamma multiplies after the cast back, so the values are not float32 numbers: the error's
+    # size alone says it
+    assert "Why: most likely precision, not the formula" in message
+    assert not any(hint in message for hint in FORWARD_HINTS.values())
+
+
+def test_llama_rmsnorm_given_the_eps_gets_full_marks():
+    results = run(rmsnorm_forward=llama_forward(eps_from_argument=True))
+    assert [r.message for r in results if not r.passed] == []
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1e-5"), (1e-6, "1e-6"), (1e-8, "1e-8")])
+def test_backward_with_eps_ignored_is_named(value, text):
+    def rmsnorm_backward(dy, x, gamma, eps=1e-6):
+        return backward(dy, x, gamma, value)
+
+    message = messages(run(rmsnorm_backward=rmsnorm_backward))
+    assert BACKWARD_HINTS[f"eps ignored ({text} hard-coded)"] in message
+
+
+class CopiedLayerNormBackward:
+    """An RMSNorm module in llm.c's style (forward caches, backward reads the cache) whose
+    backward was adapted from LayerNorm's and keeps its mean terms; ``fixed`` removes them."""
+
+    def __init__(self, fixed=False):
+        self.fixed = fixed
+
+    def forward(self, x, w, eps=1e-6):
+        rstd = 1.0 / np.sqrt((x**2).mean(-1, keepdims=True) + eps)
+        mean = 0.0 if self.fixed else x.mean(-1, keepdims=True)
+        if not self.fixed:  # LayerNorm's cache: statistics of the centred row
+            rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + eps)
+        return x * rstd * w, (x, w, mean, rstd)
+
+    def backward_pass(self, dout, cache):
+        x, w, mean, rstd = cache
+        norm = (x - mean) * rstd
+        dw = (dout * norm).sum(tuple(range(x.ndim - 1)))
+        dnorm = dout * w
+        dx = dnorm - (dnorm * norm).mean(-1, keepdims=True) * norm
+        if not self.fixed:
+            dx = dx - dnorm.mean(-1, keepdims=True)
+        return dx * rstd, dw
+
+
+def copied_backward(fixed=False):
+    layer = CopiedLayerNormBackward(fixed)
+
+    def rmsnorm_backward(dy, x, gamma, eps=1e-6):
+        return layer.backward_pass(dy, layer.forward(x, gamma, eps)[1])
+
+    return rmsnorm_backward
+
+
+def test_rmsnorm_backward_with_layernorm_mean_terms_is_named():
+    results = run(rmsnorm_backward=copied_backward())
+    failed = {r.name: r.message for r in results if not r.passed}
+    assert sorted(failed) == sorted(r.name for r in results)  # 0 of 4 points, as before
+    for message in failed.values():
+        assert BACKWARD_HINTS["LayerNorm's backward pass"] in message
+
+
+def test_rmsnorm_backward_without_the_mean_terms_gets_full_marks():
+    results = run(rmsnorm_backward=copied_backward(fixed=True))
+    assert [r.message for r in results if not r.passed] == []

@@ -171,7 +171,10 @@ def test_standardize_bug_is_caught_with_its_hint(buggy, probe):
 
 
 def test_standardize_returning_float64_for_float32_input_is_reported():
-    results = run(standardize=lambda x, axis=-1, eps=1e-5: standardize(x.astype(np.float64), axis))
+    def upcast(x, axis=-1, eps=1e-5):
+        return standardize(x.astype(np.float64), axis, eps)
+
+    results = run(standardize=upcast)
     failed = [r for r in results if not r.passed]
     assert len(failed) == 1 and "dtype is float64 but the input was float32" in failed[0].message
 
@@ -439,3 +442,15 @@ def test_stubs_report_not_implemented_and_do_not_raise():
         scale_with_train_stats=stub,
     )
     assert len(results) == 13 and all("not implemented yet" in r.message for r in results)
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1e-5"), (1e-6, "1e-6"), (1e-8, "1e-8")])
+def test_standardize_with_eps_accepted_but_ignored_is_named(value, text):
+    def hard_coded(x, axis=-1, eps=1e-5):
+        return standardize(x, axis, value)
+
+    results = run(standardize=hard_coded)
+    assert HINTS[f"eps ignored ({text} hard-coded)"] in messages(results)
+    if value == 1e-5:  # the lab's default: only the case with eps = 1e-3 can tell
+        failed = [r.name for r in results if not r.passed]
+        assert failed == ["standardize over the last axis matches torch"]

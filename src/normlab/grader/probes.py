@@ -38,6 +38,57 @@ def evaluate(probes: Sequence[Probe], *args, **kwargs) -> list[tuple[Probe, obje
     return results
 
 
+# Values of eps that implementations hard-code (PyTorch's LayerNorm/BatchNorm default, LLaMA's
+# RMSNorm, and the 1e-8 of optimizers and many tutorials).
+HARD_CODED_EPS = {1e-5: "1e-5", 1e-6: "1e-6", 1e-8: "1e-8"}
+
+
+def eps_ignored(right: Callable[..., object], what: str) -> list[Probe]:
+    """Probes for an ``eps`` argument that is accepted but ignored (a constant written inside).
+
+    Args:
+        right: the right formula, called with the check's arguments; eps is its last one.
+        what: what it computes, for the hint, e.g. ``"LayerNorm"``.
+
+    Each probe is the right formula at one hard-coded value. Where the check's eps is that
+    value it returns the right answer, which no failing answer matches, so it stays silent
+    there: a check must call the function with an eps no one hard-codes, e.g. 1e-3, for these
+    probes to speak.
+    """
+
+    def at(value: float):
+        def compute(*args, **kwargs):
+            *rest, _ = (*args, *kwargs.values())
+            return right(*rest, value)
+
+        return compute
+
+    return [
+        Probe(
+            f"eps ignored ({text} hard-coded)",
+            f"This matches the right {what} computed with eps = {text} instead of the eps that "
+            f"was passed in: the function accepts eps but ignores it (a {text} written inside it, "
+            "or a default used instead of the argument). Use the eps argument wherever eps "
+            "appears.",
+            at(value),
+        )
+        for value, text in HARD_CODED_EPS.items()
+    ]
+
+
+def both(first: Probe, second: Probe, compute: Callable[..., object]) -> Probe:
+    """A probe for two known slips made together; its hint names both, so neither is missed.
+
+    Alone, neither slip's probe matches an answer that has both; this one does.
+    """
+    return Probe(
+        f"{first.name} + {second.name}",
+        f"This matches two slips at once: ({first.name}) and ({second.name}). "
+        f"1) {first.hint} 2) {second.hint}",
+        compute,
+    )
+
+
 def _close(got: np.ndarray, target: np.ndarray, rtol: float, atol: float) -> bool:
     if got.shape != target.shape:
         return False
@@ -111,6 +162,151 @@ def array_of(
     return got
 
 
+def _slices(a: np.ndarray, axis: int) -> np.ndarray:
+    """``a`` as one row per index along ``axis``: row i holds every value with index i there."""
+    return np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
+
+
+def _slice_name(index: int, shape, axis: int) -> str:
+    if axis == 1 and len(shape) >= 2:
+        return f"channel {index}" if len(shape) > 2 else f"column {index}"
+    lead = shape[:-1]
+    if len(lead) <= 1:
+        return f"row {index}"
+    return f"row {tuple(int(i) for i in np.unravel_index(index, lead))}"
+
+
+_ZERO_DIVISION = (
+    ": its variance is 0, so a division by it, or by its root, without eps gives 0/0 or 1/0 there"
+)
+
+
+def nonfinite_where(nonfinite: np.ndarray, x: np.ndarray | None = None) -> str:
+    """Where the non-finite values of an answer are, and what the input looks like there.
+
+    Args:
+        nonfinite: a boolean mask, True where the answer is NaN or inf but should not be.
+        x: the input the answer was computed from, of the answer's shape.
+
+    Returns:
+        A clause such as "; they are all in row 0 (the other 3 rows are finite), where every
+        value of x is 0: ..." or "" when nothing useful can be said. Rows are slices along the
+        last axis; when the values line up with the columns (channels) instead, those are named.
+    """
+    if nonfinite.ndim == 0 or not nonfinite.any():
+        return ""
+    x = None if x is None or np.shape(x) != nonfinite.shape else np.asarray(x, np.float64)
+    if x is not None and x.shape[-1] == 1 and nonfinite.ndim >= 2:
+        return (
+            "; x has d = 1 feature per row: the variance of a single value is 0 (and an unbiased "
+            "variance divides by d - 1 = 0), so look for a division by it, or by its root, "
+            "without eps"
+        )
+    # rows: slices along the last axis (LayerNorm, RMSNorm); columns/channels: axis 1 (BatchNorm)
+    layouts = [(-1, np.moveaxis(nonfinite, -1, 0).reshape(nonfinite.shape[-1], -1).T)]
+    if nonfinite.ndim >= 2:
+        layouts.append((1, _slices(nonfinite, 1)))
+    for axis, groups in layouts:
+        bad = [int(i) for i in np.flatnonzero(groups.any(axis=1))]
+        if len(bad) == len(groups):
+            continue
+        what = (
+            "channels" if axis == 1 and nonfinite.ndim > 2 else "columns" if axis == 1 else "rows"
+        )
+        names = ", ".join(_slice_name(i, nonfinite.shape, axis) for i in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        text = f"; they are all in {names}{more} (the other {len(groups) - len(bad)} {what} are finite)"
+        if x is not None:
+            values = (
+                np.moveaxis(x, -1, 0).reshape(x.shape[-1], -1).T if axis == -1 else _slices(x, 1)
+            )[bad]
+            if np.all(values == 0):
+                text += ", where every value of x is 0" + _ZERO_DIVISION
+            elif np.all(values == values[:, :1]):
+                text += f", where x is constant along the {what[:-1]}" + _ZERO_DIVISION
+        return text
+    return ""
+
+
+def float32_precision(got: np.ndarray, expected: np.ndarray, rtol: float) -> str:
+    """Say so when a float64 answer is wrong only at float32's precision (about 1e-7).
+
+    A right formula computed in float32 and converted to float64 at the end misses a float64
+    tolerance by a few float32 rounding steps: every value it returns is a float32 number, and
+    its error relative to the answer's size is ~1e-7. Tell the learner that the precision, not
+    the formula, is the problem. Returns "" when the error looks like anything else.
+    """
+    if rtol > 1e-5 or expected.dtype != np.float64 or not np.issubdtype(got.dtype, np.floating):
+        return ""
+    got64 = got.astype(np.float64)
+    finite = np.isfinite(expected) & np.isfinite(got64)
+    if not finite.any():
+        return ""
+    scale = float(np.abs(expected[finite]).max())
+    if scale == 0.0:
+        return ""
+    error = float(np.abs(got64[finite] - expected[finite]).max()) / scale
+    in_float32 = np.finfo(got.dtype).bits <= 32 or bool(
+        np.all(got64[finite].astype(np.float32).astype(np.float64) == got64[finite])
+    )
+    exact_in_float32 = bool(
+        np.all(expected[finite].astype(np.float32).astype(np.float64) == expected[finite])
+    )
+    if in_float32 and not exact_in_float32 and error <= 1e-4:
+        return (
+            f"\nWhy: precision, not the formula. Every value returned is a float32 number, and "
+            f"the answer agrees with the right one to {error:.1g} of its largest value: that is "
+            "float32's rounding (a relative step of 1e-7, grown by the subtractions inside the "
+            "formula). The formula looks right, but it was computed in float32 (a float32 array "
+            "or tensor, an np.float32 constant, torch's default dtype) and converted at the end. "
+            "Keep the input's dtype, float64 here, throughout."
+        )
+    if error <= 1e-6:
+        return (
+            f"\nWhy: most likely precision, not the formula: the answer agrees with the right "
+            f"one to {error:.1g} of its largest value, near float32's rounding (a relative step "
+            "of 1e-7), where a wrong formula is usually off by far more. Look for a step computed "
+            "in float32 (a float32 array or tensor, an np.float32 constant) and keep float64 "
+            "throughout."
+        )
+    return ""
+
+
+def float32_slips(got: np.ndarray, expected: np.ndarray, candidates, index, rtol: float) -> str:
+    """Probes that a float32-valued answer matches up to float32 rounding, with both reasons.
+
+    Code that computes in float32 AND has a known slip (llm.c's float32 LayerNorm with a
+    hard-coded eps) matches neither the right answer nor the slip's probe at a float64
+    tolerance; at float32's it matches the probe. Returns "" unless that is the case.
+    """
+    if rtol > 1e-5 or not np.issubdtype(got.dtype, np.floating):
+        return ""
+    got64 = got.astype(np.float64)
+    finite = np.isfinite(got64)
+    if not finite.any() or not np.all(
+        got64[finite].astype(np.float32).astype(np.float64) == got64[finite]
+    ):
+        return ""
+    rtol32, atol32 = 1e-4, 1e-4 * float(np.abs(got64[finite]).max())
+    # only probes that differ from the right answer by more than float32's rounding
+    telling = []
+    for probe, wrong in candidates:
+        picked = _pick(wrong, index)
+        if picked is None:
+            continue
+        picked = np.asarray(picked, dtype=np.float64)
+        if not _close(picked, expected.astype(np.float64), rtol32, atol32):
+            telling.append((probe, wrong))
+    found = matching_probes(got64, telling, index, rtol32, atol32)
+    if not found:
+        return ""
+    return explain(found) + (
+        "\nAnd: every value returned is a float32 number, so it matches that slip only up to "
+        "float32's rounding: the computation also runs in float32. Keep the input's dtype, "
+        "float64 here, throughout."
+    )
+
+
 def expect_array(
     out: Output,
     expected: np.ndarray,
@@ -124,6 +320,7 @@ def expect_array(
     dtype=None,
     kinds: Sequence[str] = ("ndarray",),
     hint: str = "",
+    x: np.ndarray | None = None,
 ) -> None:
     """Fail with a where-and-why message unless the returned array matches ``expected``.
 
@@ -137,11 +334,14 @@ def expect_array(
         dtype: the dtype the answer must keep (e.g. float32 in, float32 out).
         kinds: accepted kinds of return value (``"ndarray"``, ``"tensor"``).
         hint: said when the answer is wrong and no probe explains it.
+        x: the input, when its rows line up with the answer's (``x`` of shape (..., d) for an
+            answer of shape (..., k)): a NaN or inf is then placed ("row 0, where x is 0").
     """
     got = array_of(out, what, index=index, count=count, kinds=kinds)
     got64 = got.astype(np.float64)
     expected = np.asarray(expected, dtype=np.float64)
-    why = explain(matching_probes(got64, candidates, index, rtol, atol), hint)
+    matched = matching_probes(got64, candidates, index, rtol, atol)
+    why = explain(matched, hint)
 
     if got.shape != expected.shape:
         raise CheckFailed(
@@ -159,7 +359,9 @@ def expect_array(
         where = tuple(int(i) for i in np.argwhere(nonfinite)[0])
         raise CheckFailed(
             f"{what}: contains {int(nonfinite.sum())} non-finite value(s) (NaN or inf), first at "
-            f"index {where} where {float(expected[where]):.6g} was expected" + why
+            f"index {where} where {float(expected[where]):.6g} was expected"
+            + nonfinite_where(nonfinite, x)
+            + why
         )
     with np.errstate(all="ignore"):
         abs_error = np.where(bad_expected, 0.0, np.abs(got64 - expected))
@@ -170,6 +372,12 @@ def expect_array(
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     worst_index = tuple(int(i) for i in worst)
     rel = abs_error / np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
+    if not matched:
+        why = (
+            float32_slips(got, expected, candidates, index, rtol)
+            or float32_precision(got, expected, rtol)
+            or why
+        )
     raise CheckFailed(
         f"{what}: max abs error {float(abs_error.max()):.3g}, worst at index {worst_index} "
         f"(got {float(got64[worst]):.6g}, expected {float(expected[worst]):.6g}); "

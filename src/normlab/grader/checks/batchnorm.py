@@ -23,7 +23,15 @@ import numpy as np
 
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice, expect_items
+from normlab.grader.probes import (
+    Probe,
+    both,
+    eps_ignored,
+    evaluate,
+    expect_array,
+    expect_choice,
+    expect_items,
+)
 
 LAB = Lab(
     stem="02_batchnorm",
@@ -294,6 +302,23 @@ FORWARD_PROBES = [
         _forward_variant(affine="none"),
     ),
 ]
+_BY_NAME = {probe.name: probe for probe in FORWARD_PROBES}
+FORWARD_PROBES += [
+    # CS231n's batchnorm_forward: running = momentum * running + (1 - momentum) * batch (with
+    # momentum = 0.9 there), and the biased np.var(x, axis=0) stored in running_var.
+    both(
+        _BY_NAME["momentum convention flipped"],
+        _BY_NAME["running variance stored biased"],
+        _forward_variant(update="keras", store_ddof=0),
+    ),
+    *eps_ignored(_forward_variant(), "BatchNorm"),
+]
+# What the running-statistics check charges, named there once: the k-step check does not
+# charge it again.
+STORED_VARIANCE_PROBES = (
+    "running variance stored biased",
+    "Bessel correction with B instead of B*H*W",
+)
 
 
 # ----------------------------------------------------------------------------- backward probes
@@ -307,11 +332,13 @@ def _backward_variant(
     keepdims=False,
     swap=False,
     axes="batch",
+    with_eps=True,
 ):
     """A backward pass with one deliberate mistake; defaults are the right answer."""
 
     def backward(dy, x, gamma, eps=EPS):
         x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        eps = eps if with_eps else 0.0
         stat_axes = tuple(range(1, x.ndim)) if axes == "features" else reduce_axes(x)
         mean = x.mean(axis=stat_axes, keepdims=True)
         inv_std = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=stat_axes, keepdims=True) + eps)
@@ -395,6 +422,13 @@ BACKWARD_PROBES = [
         "dgamma and dbeta are swapped: dbeta = sum of dy, dgamma = sum of dy * x_hat.",
         _backward_variant(swap=True),
     ),
+    Probe(
+        "no eps in the backward pass",
+        "This matches a backward pass with sqrt(var) instead of sqrt(var + eps): a constant "
+        "channel then gives 0/0. Use the forward pass's sqrt(var + eps) throughout.",
+        _backward_variant(with_eps=False),
+    ),
+    *eps_ignored(_backward_variant(), "BatchNorm backward pass"),
 ]
 
 
@@ -432,7 +466,7 @@ def _compare_forward(out, expected, candidates, what, indices=(0, 1, 2), tol=F64
         )
 
 
-def _train_step(sub, x, state, what, momentum=0.1, indices=(0, 1, 2), tol=F64, dtype=None):
+def _train_step(sub, x, state, what, momentum=0.1, indices=(0, 1, 2), tol=F64, dtype=None, eps=EPS):
     gamma, beta, running_mean, running_var = state
     out = sub.call(
         "batchnorm_forward",
@@ -443,11 +477,13 @@ def _train_step(sub, x, state, what, momentum=0.1, indices=(0, 1, 2), tol=F64, d
         running_var,
         True,
         momentum=momentum,
-        eps=EPS,
+        eps=eps,
     )
-    outputs, new_mean, new_var = oracle_steps([x], gamma, beta, running_mean, running_var, momentum)
+    outputs, new_mean, new_var = oracle_steps(
+        [x], gamma, beta, running_mean, running_var, momentum, eps
+    )
     candidates = evaluate(
-        FORWARD_PROBES, x, gamma, beta, running_mean, running_var, True, momentum, EPS
+        FORWARD_PROBES, x, gamma, beta, running_mean, running_var, True, momentum, eps
     )
     _compare_forward(
         out, (outputs[0], new_mean, new_var), candidates, what, indices, tol=tol, dtype=dtype
@@ -466,6 +502,10 @@ def forward_train_2d(sub):
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
         _train_step(sub, x, state, f"training=True, x of shape {shape}", indices=(0,))
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = channels_with_varied_scale(rng, (8, 4))
+    what = "training=True, x of shape (8, 4), eps = 1e-3"
+    _train_step(sub, x, params(rng, 4), what, indices=(0,), eps=1e-3)
 
 
 @LAB.check(
@@ -480,6 +520,10 @@ def forward_running_stats(sub):
         state = params(rng, shape[1])
         what = f"training=True, momentum={momentum}, x of shape {shape}"
         _train_step(sub, x, state, what, momentum=momentum, indices=(1, 2))
+    # images: every channel averages n = B * H * W values, and the unbiased variance uses that n
+    x = channels_with_varied_scale(rng, (2, 3, 2, 2))
+    what = "training=True, momentum=0.1, x of shape (2, 3, 2, 2)"
+    _train_step(sub, x, params(rng, 3), what, indices=(1, 2))
 
 
 @LAB.check(
@@ -515,20 +559,21 @@ def forward_eval(sub):
 
 
 @LAB.check(
-    "(B, C, H, W): one mean and variance per channel over batch and space",
+    "(B, C, H, W): y normalized with one mean and variance per channel over batch and space",
     points=2,
     uses=["batchnorm_forward"],
 )
 def forward_4d(sub):
+    # y only: the running statistics of images are the running-statistics check's
     rng = np.random.default_rng(23)
     for shape in [(2, 3, 4, 3), (3, 2, 2, 5)]:  # W == C first: gamma on the wrong axis cannot hide
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
-        _train_step(sub, x, state, f"training=True, x of shape {shape}")
+        _train_step(sub, x, state, f"training=True, x of shape {shape}", indices=(0,))
 
 
 @LAB.check(
-    "k training steps, then eval: equal to nn.BatchNorm1d/2d throughout",
+    "k training steps, then eval: running statistics carried over and used in eval",
     points=2,
     uses=["batchnorm_forward"],
 )
@@ -567,6 +612,10 @@ def forward_k_steps(sub):
             Probe(p.name, p.hint, _chain(p.compute, batches, momentum)) for p in FORWARD_PROBES
         ]
         candidates = evaluate(chained, gamma, beta, start_mean, start_var)
+        # a stored-variance convention is charged by the running-statistics check, once
+        for probe, result in candidates:
+            if probe.name in STORED_VARIANCE_PROBES and _same(running_var, result[2]):
+                final_var = result[2]
         for index, (got, expected) in enumerate(
             [(running_mean, final_mean), (running_var, final_var)], start=1
         ):
@@ -597,6 +646,11 @@ def forward_k_steps(sub):
             count=3,
             **F64,
         )
+
+
+def _same(got, expected) -> bool:
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    return got.shape == expected.shape and np.allclose(got, expected, **F64)
 
 
 def _chain(forward, batches, momentum):
@@ -668,10 +722,10 @@ def forward_float32(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, dy, x, gamma, what, indices):
-    out = sub.call("batchnorm_backward", dy, x, gamma, eps=EPS)
-    expected = oracle_backward(dy, x, gamma)
-    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
+def _backward_case(sub, dy, x, gamma, what, indices, eps=EPS):
+    out = sub.call("batchnorm_backward", dy, x, gamma, eps=eps)
+    expected = oracle_backward(dy, x, gamma, eps)
+    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, eps)
     expect_items(
         out,
         expected,
@@ -680,6 +734,7 @@ def _backward_case(sub, dy, x, gamma, what, indices):
         function="batchnorm_backward",
         what=what,
         candidates=candidates,
+        x=x,
         **F64,
     )
 
@@ -687,11 +742,21 @@ def _backward_case(sub, dy, x, gamma, what, indices):
 @LAB.check("backward: dx matches autograd on (B, d)", points=2, uses=["batchnorm_backward"])
 def backward_dx(sub):
     rng = np.random.default_rng(40)
+    # first a constant column (variance 0): a missing eps gives NaN or inf there, and the
+    # message then says where
+    x = channels_with_varied_scale(rng, (6, 4))
+    x[:, 1] = 2.5
+    gamma, dy = params(rng, 4)[0], rng.normal(size=(6, 4))
+    _backward_case(sub, dy, x, gamma, "x of shape (6, 4) whose column 1 is constant", [0])
     for shape in [(6, 6), (8, 3)]:
         x = channels_with_varied_scale(rng, shape)
         gamma = params(rng, shape[1])[0]
         dy = rng.normal(size=shape)
         _backward_case(sub, dy, x, gamma, f"x of shape {shape}", [0])
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = channels_with_varied_scale(rng, (5, 3))
+    gamma, dy = params(rng, 3)[0], rng.normal(size=(5, 3))
+    _backward_case(sub, dy, x, gamma, "x of shape (5, 3), eps = 1e-3", [0], eps=1e-3)
 
 
 @LAB.check(
@@ -767,6 +832,9 @@ def _eval_affine_probes():
     ]
 
 
+EVAL_AFFINE_PROBES = _eval_affine_probes()
+
+
 @LAB.check(
     "problem 1: eval_affine gives eval-mode BatchNorm as y = scale * x + shift",
     points=1,
@@ -780,7 +848,7 @@ def problem_eval_affine(sub):
     shift = oracle_eval(zeros, gamma, beta, running_mean, running_var)[0]
     scale = oracle_eval(ones, gamma, beta, running_mean, running_var)[0] - shift
     out = sub.call("eval_affine", gamma, beta, running_mean, running_var, eps=EPS)
-    candidates = evaluate(_eval_affine_probes(), gamma, beta, running_mean, running_var, EPS)
+    candidates = evaluate(EVAL_AFFINE_PROBES, gamma, beta, running_mean, running_var, EPS)
     for index, (name, expected) in enumerate([("scale", scale), ("shift", shift)]):
         expect_array(
             out,
@@ -824,9 +892,11 @@ def problem_companions(sub):
 # ----------------------------------------------------------------------------- problem 2
 
 
-def _one_step_probes(momentum):
+def _one_step_probes():
+    """The problem 2 probes: ``compute(x, momentum)``, the arguments of its function."""
+
     def variant(ddof=1, convention="pytorch"):
-        def compute(x):
+        def compute(x, momentum=0.1):
             axes = reduce_axes(x)
             n = x.size // x.shape[1]
             var = x.var(axis=axes) * (n / (n - 1) if ddof == 1 else 1.0)
@@ -867,6 +937,17 @@ def _one_step_probes(momentum):
     ]
 
 
+ONE_STEP_PROBES = _one_step_probes()
+
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "batchnorm_forward": FORWARD_PROBES,
+    "batchnorm_backward": BACKWARD_PROBES,
+    "eval_affine": EVAL_AFFINE_PROBES,
+    "running_var_after_one_step": ONE_STEP_PROBES,
+}
+
+
 @LAB.check(
     "problem 2: running_var after one training step from a fresh module",
     points=1,
@@ -886,6 +967,6 @@ def problem_one_step(sub):
             sub.call("running_var_after_one_step", x, momentum=momentum),
             module.running_var.numpy(),
             what=f"running_var_after_one_step, momentum={momentum}, x of shape {shape}",
-            candidates=evaluate(_one_step_probes(momentum), x),
+            candidates=evaluate(ONE_STEP_PROBES, x, momentum),
             **F64,
         )

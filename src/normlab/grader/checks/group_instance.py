@@ -30,6 +30,7 @@ from normlab.grader.core import CheckFailed, Lab, RaisedError
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import (
     Probe,
+    eps_ignored,
     evaluate,
     expect_array,
     expect_choice,
@@ -260,6 +261,9 @@ NORMALIZE_PROBES = [
         "the given axes only.",
         _normalize_variant("plus batch"),
     ),
+    *eps_ignored(
+        lambda x, axes, eps: _normalize(x, _axes_tuple(axes, np.ndim(x)), eps), "normalization"
+    ),
 ]
 
 
@@ -383,6 +387,7 @@ GROUP_NORM_PROBES = [
         "channel.",
         _group_norm_variant(affine="none"),
     ),
+    *eps_ignored(_group_norm_variant(), "GroupNorm"),
 ]
 
 
@@ -469,6 +474,7 @@ GROUP_BACKWARD_PROBES = [
         "This matches dgamma = sum(dy * x). gamma multiplies x_hat: dgamma = sum(dy * x_hat).",
         _group_backward_variant(dgamma_from_x=True),
     ),
+    *eps_ignored(_group_backward_variant(), "GroupNorm backward pass"),
 ]
 
 
@@ -688,6 +694,16 @@ DYT_BACKWARD_PROBES = [
 ]
 
 
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "normalize_over": NORMALIZE_PROBES,
+    "group_norm_forward": GROUP_NORM_PROBES,
+    "group_norm_backward": GROUP_BACKWARD_PROBES,
+    "dyt_forward": DYT_PROBES,
+    "dyt_backward": DYT_BACKWARD_PROBES,
+}
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -709,13 +725,13 @@ def channel_params(rng, channels, dtype=np.float64):
 # ----------------------------------------------------------------------------- part 1
 
 
-def _normalize_case(sub, x, axes, expected, what, tol=F64, dtype=None):
-    out = _call(sub, "normalize_over", x, np.array(axes, dtype=np.int64), eps=EPS)
+def _normalize_case(sub, x, axes, expected, what, tol=F64, dtype=None, eps=EPS):
+    out = _call(sub, "normalize_over", x, np.array(axes, dtype=np.int64), eps=eps)
     expect_array(
         out,
         expected,
         what=f"normalize_over, {what}",
-        candidates=evaluate(NORMALIZE_PROBES, x, axes, EPS),
+        candidates=evaluate(NORMALIZE_PROBES, x, axes, eps),
         dtype=dtype,
         **tol,
     )
@@ -756,6 +772,10 @@ def normalize_any_axes(sub):
     _normalize_case(
         sub, wide, (1, 2), oracle_normalize(wide, (1, 2)), "a non-contiguous view x[:, ::2]"
     )
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = images(rng, (3, 4, 5))
+    expected = oracle_normalize(x, (2,), eps=1e-3)
+    _normalize_case(sub, x, (2,), expected, "axes (2,) of shape (3, 4, 5), eps = 1e-3", eps=1e-3)
 
 
 @LAB.check(
@@ -786,13 +806,13 @@ def normalize_edges(sub):
 # ----------------------------------------------------------------------------- part 2
 
 
-def _group_case(sub, x, num_groups, gamma, beta, what, tol=F64, dtype=None):
-    out = _call(sub, "group_norm_forward", x, num_groups, gamma, beta, eps=EPS)
+def _group_case(sub, x, num_groups, gamma, beta, what, tol=F64, dtype=None, eps=EPS):
+    out = _call(sub, "group_norm_forward", x, num_groups, gamma, beta, eps=eps)
     expect_array(
         out,
-        oracle_group_norm(x, num_groups, gamma, beta),
+        oracle_group_norm(x, num_groups, gamma, beta, eps),
         what=f"group_norm_forward, {what}",
-        candidates=evaluate(GROUP_NORM_PROBES, x, num_groups, gamma, beta, EPS),
+        candidates=evaluate(GROUP_NORM_PROBES, x, num_groups, gamma, beta, eps),
         dtype=dtype,
         **tol,
     )
@@ -808,6 +828,10 @@ def group_forward_random(sub):
         x = images(rng, shape)
         gamma, beta = channel_params(rng, shape[1])
         _group_case(sub, x, groups, gamma, beta, f"x of shape {shape}, num_groups={groups}")
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = images(rng, (2, 4, 3, 3))
+    gamma, beta = channel_params(rng, 4)
+    _group_case(sub, x, 2, gamma, beta, "x of shape (2, 4, 3, 3), eps = 1e-3", eps=1e-3)
 
 
 @LAB.check(
@@ -871,10 +895,10 @@ def group_forward_batch_independent(sub):
 # ----------------------------------------------------------------------------- part 3
 
 
-def _group_backward_case(sub, dy, x, num_groups, gamma, what, indices):
-    out = _call(sub, "group_norm_backward", dy, x, num_groups, gamma, eps=EPS)
-    expected = oracle_group_norm_backward(dy, x, num_groups, gamma)
-    candidates = evaluate(GROUP_BACKWARD_PROBES, dy, x, num_groups, gamma, EPS)
+def _group_backward_case(sub, dy, x, num_groups, gamma, what, indices, eps=EPS):
+    out = _call(sub, "group_norm_backward", dy, x, num_groups, gamma, eps=eps)
+    expected = oracle_group_norm_backward(dy, x, num_groups, gamma, eps)
+    candidates = evaluate(GROUP_BACKWARD_PROBES, dy, x, num_groups, gamma, eps)
     expect_items(
         out,
         expected,
@@ -883,6 +907,7 @@ def _group_backward_case(sub, dy, x, num_groups, gamma, what, indices):
         function="group_norm_backward",
         what=what,
         candidates=candidates,
+        x=x,
         **F64,
     )
 
@@ -895,6 +920,11 @@ def group_backward_dx(sub):
         gamma, _ = channel_params(rng, shape[1])
         dy = rng.normal(size=shape)
         _group_backward_case(sub, dy, x, groups, gamma, f"x of shape {shape}, G={groups}", [0])
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = images(rng, (2, 4, 3))
+    gamma, _ = channel_params(rng, 4)
+    dy = rng.normal(size=x.shape)
+    _group_backward_case(sub, dy, x, 2, gamma, "x of shape (2, 4, 3), eps = 1e-3", [0], eps=1e-3)
 
 
 @LAB.check(
@@ -1082,28 +1112,29 @@ def problem_in_axes(sub):
 # ----------------------------------------------------------------------------- problem 2
 
 
-def _gn1_probes(gamma, beta, height, width):
-    shape = (len(gamma), height, width)
+def _along_last_axis(gamma, beta, height, width):
+    if width != len(gamma):
+        raise ValueError("raises a broadcasting error instead")
+    return tuple(np.broadcast_to(p, (len(gamma), height, width)) for p in (gamma, beta))
 
-    def along_last_axis():
-        if width != len(gamma):
-            raise ValueError("raises a broadcasting error instead")
-        return tuple(np.broadcast_to(p, shape) for p in (gamma, beta))
 
-    return [
-        Probe(
-            "per-channel vectors",
-            "F.layer_norm over (C, H, W) needs weights of shape (C, H, W): one per element. "
-            "Repeat each channel's gamma over its H x W positions.",
-            lambda: (gamma, beta),
-        ),
-        Probe(
-            "broadcast along the last axis",
-            "This puts gamma[c] along the LAST axis (width). Channel c's value belongs to every "
-            "position of channel c: gamma[:, None, None] broadcast to (C, H, W).",
-            along_last_axis,
-        ),
-    ]
+GN1_PROBES = [
+    Probe(
+        "per-channel vectors",
+        "F.layer_norm over (C, H, W) needs weights of shape (C, H, W): one per element. "
+        "Repeat each channel's gamma over its H x W positions.",
+        lambda gamma, beta, height, width: (gamma, beta),
+    ),
+    Probe(
+        "broadcast along the last axis",
+        "This puts gamma[c] along the LAST axis (width). Channel c's value belongs to every "
+        "position of channel c: gamma[:, None, None] broadcast to (C, H, W).",
+        _along_last_axis,
+    ),
+]
+
+
+PROBES["gn1_as_layernorm_params"] = GN1_PROBES
 
 
 @LAB.check(
@@ -1116,7 +1147,7 @@ def problem_gn1_params(sub):
     for channels, height, width in [(4, 3, 4), (6, 2, 5)]:
         gamma, beta = channel_params(rng, channels)
         out = sub.call("gn1_as_layernorm_params", gamma, beta, height, width)
-        candidates = evaluate(_gn1_probes(gamma, beta, height, width))
+        candidates = evaluate(GN1_PROBES, gamma, beta, height, width)
         shape = (channels, height, width)
         expect_items(
             out,

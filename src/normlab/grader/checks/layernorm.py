@@ -22,6 +22,8 @@ from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import (
     Probe,
     array_of,
+    both,
+    eps_ignored,
     evaluate,
     expect_array,
     expect_choice,
@@ -161,6 +163,17 @@ FORWARD_PROBES = [
         for var_of_centred in (True, False)
     ),
 ]
+_BY_NAME = {probe.name: probe for probe in FORWARD_PROBES}
+FORWARD_PROBES += [
+    # The Annotated Transformer's LayerNorm: a * (x - mean) / (x.std(-1) + eps) + b, with
+    # torch's std unbiased by default.
+    both(
+        _BY_NAME["unbiased variance"],
+        _BY_NAME["eps outside the root"],
+        _variant(ddof=1, eps_where="outside"),
+    ),
+    *eps_ignored(_variant(), "LayerNorm"),
+]
 
 
 def _backward_variant(
@@ -170,9 +183,11 @@ def _backward_variant(
     dgamma_axes="leading",
     swap=False,
     dgamma_from_x=False,
+    with_eps=True,
 ):
     def backward(dy, x, gamma, eps):
         x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        eps = eps if with_eps else 0.0
         mean, var = _stats(x)
         inv_std = 1.0 / np.sqrt(var + eps)
         xhat = (x - mean) * inv_std
@@ -239,6 +254,13 @@ BACKWARD_PROBES = [
         "axis=tuple(range(x.ndim - 1)), leaving shape (d,).",
         _backward_variant(dgamma_axes="first"),
     ),
+    Probe(
+        "no eps in the backward pass",
+        "This matches a backward pass with sigma = sqrt(var), without eps: a constant row then "
+        "gives 0/0. Use the forward pass's sigma = sqrt(var + eps) throughout.",
+        _backward_variant(with_eps=False),
+    ),
+    *eps_ignored(_backward_variant(), "LayerNorm backward pass"),
 ]
 
 
@@ -257,14 +279,14 @@ def affine_params(rng, d, dtype=np.float64):
     return rng.normal(1.0, 0.5, size=d).astype(dtype), rng.normal(0.0, 0.5, size=d).astype(dtype)
 
 
-def _forward_case(sub, x, gamma, beta, what, tol=F64, dtype=None, hint=""):
-    out = sub.call("layernorm_forward", x, gamma, beta, eps=EPS)
-    expected = oracle_forward(x, gamma, beta)
+def _forward_case(sub, x, gamma, beta, what, tol=F64, dtype=None, hint="", eps=EPS):
+    out = sub.call("layernorm_forward", x, gamma, beta, eps=eps)
+    expected = oracle_forward(x, gamma, beta, eps)
     expect_array(
         out,
         expected,
         what=f"layernorm_forward, {what}",
-        candidates=evaluate(FORWARD_PROBES, x, gamma, beta, EPS),
+        candidates=evaluate(FORWARD_PROBES, x, gamma, beta, eps),
         dtype=dtype,
         hint=hint,
         **tol,
@@ -281,6 +303,10 @@ def forward_random(sub):
         x = rows_with_varied_scale(rng, shape)
         gamma, beta = affine_params(rng, shape[-1])
         _forward_case(sub, x, gamma, beta, f"x of shape {shape}")
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = rows_with_varied_scale(rng, (6, 8))
+    gamma, beta = affine_params(rng, 8)
+    _forward_case(sub, x, gamma, beta, "x of shape (6, 8), eps = 1e-3", eps=1e-3)
 
 
 @LAB.check(
@@ -375,10 +401,10 @@ def forward_invariants(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, dy, x, gamma, what, indices):
-    out = sub.call("layernorm_backward", dy, x, gamma, eps=EPS)
-    expected = oracle_backward(dy, x, gamma)
-    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
+def _backward_case(sub, dy, x, gamma, what, indices, eps=EPS):
+    out = sub.call("layernorm_backward", dy, x, gamma, eps=eps)
+    expected = oracle_backward(dy, x, gamma, eps)
+    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, eps)
     expect_items(
         out,
         expected,
@@ -387,6 +413,7 @@ def _backward_case(sub, dy, x, gamma, what, indices):
         function="layernorm_backward",
         what=what,
         candidates=candidates,
+        x=x,
         **F64,
     )
 
@@ -394,11 +421,25 @@ def _backward_case(sub, dy, x, gamma, what, indices):
 @LAB.check("backward: dx matches autograd", points=2, uses=["layernorm_backward"])
 def backward_dx(sub):
     rng = np.random.default_rng(40)
+    # first a constant row (variance 0) and d = 1, where a missing eps or a d - 1 gives NaN
+    # or inf: the message then says where
+    x = rows_with_varied_scale(rng, (4, 8))
+    x[0] = 2.5
+    gamma, _ = affine_params(rng, 8)
+    dy = rng.normal(size=(4, 8))
+    _backward_case(sub, dy, x, gamma, "x of shape (4, 8) whose row 0 is constant", [0])
+    x = rng.normal(size=(5, 1)) * 3
+    _backward_case(sub, rng.normal(size=(5, 1)), x, np.array([1.5]), "d = 1, x of (5, 1)", [0])
     for shape in [(4, 6), (3, 16)]:
         x = rows_with_varied_scale(rng, shape)
         gamma, _ = affine_params(rng, shape[-1])
         dy = rng.normal(size=shape)
         _backward_case(sub, dy, x, gamma, f"x of shape {shape}", [0])
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = rows_with_varied_scale(rng, (4, 6))
+    gamma, _ = affine_params(rng, 6)
+    dy = rng.normal(size=(4, 6))
+    _backward_case(sub, dy, x, gamma, "x of shape (4, 6), eps = 1e-3", [0], eps=1e-3)
 
 
 @LAB.check("backward: dgamma and dbeta match autograd", points=1, uses=["layernorm_backward"])
@@ -424,22 +465,23 @@ def backward_3d(sub):
 # ----------------------------------------------------------------------------- practice problem 1
 
 
-def _d1_probes(gamma, beta, shape):
-    return [
-        Probe(
-            "gamma",
-            "gamma multiplies x_hat, and with d = 1 x_hat = 0: gamma cannot appear in the output.",
-            lambda x: np.broadcast_to(gamma, shape),
-        ),
-        Probe(
-            "x", "The output does not depend on x when d = 1, because x - mean = 0.", lambda x: x
-        ),
-        Probe(
-            "gamma + beta",
-            "x_hat = 0 when d = 1, so gamma * x_hat + beta = beta.",
-            lambda x: np.broadcast_to(gamma + beta, shape),
-        ),
-    ]
+D1_PROBES = [
+    Probe(
+        "gamma",
+        "gamma multiplies x_hat, and with d = 1 x_hat = 0: gamma cannot appear in the output.",
+        lambda x, gamma, beta: np.broadcast_to(gamma, np.shape(x)),
+    ),
+    Probe(
+        "x",
+        "The output does not depend on x when d = 1, because x - mean = 0.",
+        lambda x, gamma, beta: x,
+    ),
+    Probe(
+        "gamma + beta",
+        "x_hat = 0 when d = 1, so gamma * x_hat + beta = beta.",
+        lambda x, gamma, beta: np.broadcast_to(gamma + beta, np.shape(x)),
+    ),
+]
 
 
 @LAB.check("problem 1: d1_output gives LayerNorm's output for d = 1", points=1, uses=["d1_output"])
@@ -452,7 +494,7 @@ def problem_d1_output(sub):
             sub.call("d1_output", x, gamma, beta),
             np.broadcast_to(beta, shape),
             what=f"d1_output, x of shape {shape}",
-            candidates=evaluate(_d1_probes(gamma, beta, shape), x),
+            candidates=evaluate(D1_PROBES, x, gamma, beta),
             hint="With one feature the mean is the feature itself.",
             **F64,
         )
@@ -489,6 +531,8 @@ def problem_d1_answer(sub):
 
 
 def _d2_probes():
+    """The d = 2 probes: ``compute(x, eps)``, the arguments of ``d2_xhat``."""
+
     def sign_only(x, eps):
         delta = (x[..., :1] - x[..., 1:]) / 2
         return np.concatenate([np.sign(delta), -np.sign(delta)], axis=-1)
@@ -524,6 +568,17 @@ def _d2_probes():
     ]
 
 
+D2_PROBES = _d2_probes()
+
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "layernorm_forward": FORWARD_PROBES,
+    "layernorm_backward": BACKWARD_PROBES,
+    "d1_output": D1_PROBES,
+    "d2_xhat": D2_PROBES,
+}
+
+
 @LAB.check("problem 2: d2_xhat gives x_hat for d = 2 in closed form", points=1, uses=["d2_xhat"])
 def problem_d2_xhat(sub):
     rng = np.random.default_rng(60)
@@ -539,7 +594,7 @@ def problem_d2_xhat(sub):
             sub.call("d2_xhat", x, eps=eps),
             oracle_forward(x, ones, zeros, eps),
             what=f"d2_xhat, {what}",
-            candidates=evaluate(_d2_probes(), x, eps),
+            candidates=evaluate(D2_PROBES, x, eps),
             **F64,
         )
 

@@ -22,6 +22,7 @@ from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import (
     Probe,
+    eps_ignored,
     evaluate,
     expect_array,
     expect_choice,
@@ -162,6 +163,7 @@ FORWARD_PROBES = [
         "input, row j's RMS divides column j without any error. Use keepdims=True.",
         _square_without_keepdims,
     ),
+    *eps_ignored(_forward_variant(_rms), "RMSNorm"),
 ]
 
 
@@ -196,6 +198,17 @@ def _backward_variant(
         return dx, dgamma
 
     return backward
+
+
+def _layernorm_backward(dy, x, gamma, eps):
+    """LayerNorm's whole backward pass, written for RMSNorm by mistake: (dx, dgamma)."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    sigma = np.sqrt((centred**2).mean(axis=-1, keepdims=True) + eps)
+    x_hat = centred / sigma
+    g = dy * gamma
+    dx = g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    return dx / sigma, (dy * x_hat).sum(axis=tuple(range(x.ndim - 1)))
 
 
 BACKWARD_PROBES = [
@@ -247,6 +260,15 @@ BACKWARD_PROBES = [
         "axis=tuple(range(x.ndim - 1)), leaving shape (d,).",
         _backward_variant(dgamma_axes="first"),
     ),
+    Probe(
+        "LayerNorm's backward pass",
+        "This matches LayerNorm's backward pass: x_hat = (x - mean) / sqrt(var + eps), a "
+        "- mean(g) term in dx, and dgamma = sum(dy * x_hat) with that x_hat. RMSNorm has no "
+        "mean: x_hat = x / RMS with RMS = sqrt(mean(x**2) + eps), "
+        "dx = (g - x_hat * mean(g * x_hat)) / RMS and dgamma = sum(dy * x_hat).",
+        _layernorm_backward,
+    ),
+    *eps_ignored(_backward_variant(), "RMSNorm backward pass"),
 ]
 
 
@@ -374,6 +396,15 @@ RMS_JACOBIAN_PROBES = [
 ]
 
 
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "rmsnorm_forward": FORWARD_PROBES,
+    "rmsnorm_backward": BACKWARD_PROBES,
+    "layernorm_jacobian": LAYER_JACOBIAN_PROBES,
+    "rmsnorm_jacobian": RMS_JACOBIAN_PROBES,
+}
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -411,6 +442,9 @@ def forward_random(sub):
     for shape in [(8, 8), (6, 8), (1, 16)]:  # square first: exposes missing keepdims
         x = rows_of_varied_size(rng, shape)
         _forward_case(sub, x, gain(rng, shape[-1]), f"x of shape {shape}")
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = rows_of_varied_size(rng, (6, 8))
+    _forward_case(sub, x, gain(rng, 8), "x of shape (6, 8), eps = 1e-3", eps=1e-3)
 
 
 @LAB.check("forward handles (B, L, d) and non-contiguous input", points=1, uses=["rmsnorm_forward"])
@@ -478,10 +512,10 @@ def forward_invariants(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, dy, x, gamma, what, indices):
-    out = sub.call("rmsnorm_backward", dy, x, gamma, eps=EPS)
-    expected = oracle_backward(dy, x, gamma)
-    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, EPS)
+def _backward_case(sub, dy, x, gamma, what, indices, eps=EPS):
+    out = sub.call("rmsnorm_backward", dy, x, gamma, eps=eps)
+    expected = oracle_backward(dy, x, gamma, eps)
+    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, eps)
     expect_items(
         out,
         expected,
@@ -490,6 +524,7 @@ def _backward_case(sub, dy, x, gamma, what, indices):
         function="rmsnorm_backward",
         what=what,
         candidates=candidates,
+        x=x,
         **F64,
     )
 
@@ -501,6 +536,10 @@ def backward_dx(sub):
         x = rows_of_varied_size(rng, shape)
         x[0] = 0.0  # a row of zeros: the gradient is finite, dy * gamma / sqrt(eps)
         _backward_case(sub, rng.normal(size=shape), x, gain(rng, shape[-1]), f"x of {shape}", [0])
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = rows_of_varied_size(rng, (4, 6))
+    dy = rng.normal(size=(4, 6))
+    _backward_case(sub, dy, x, gain(rng, 6), "x of (4, 6), eps = 1e-3", [0], eps=1e-3)
 
 
 @LAB.check("backward: dgamma matches autograd", points=1, uses=["rmsnorm_backward"])

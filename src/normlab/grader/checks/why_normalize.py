@@ -27,6 +27,7 @@ from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
 from normlab.grader.probes import (
     Probe,
+    eps_ignored,
     evaluate,
     expect_array,
     expect_choice,
@@ -226,6 +227,7 @@ STANDARDIZE_PROBES = [
         "keepdims=True.",
         _standardize_without_keepdims,
     ),
+    *eps_ignored(_standardized, "standardization"),
 ]
 
 
@@ -461,12 +463,12 @@ BACKWARD_PROBES = [
 # ----------------------------------------------------------------------------- standardize checks
 
 
-def _standardize_case(sub, x, axis, what, tol=F64, dtype=None):
+def _standardize_case(sub, x, axis, what, tol=F64, dtype=None, eps=EPS):
     expect_array(
-        sub.call("standardize", x, axis=axis, eps=EPS),
-        oracle_standardize(x, axis),
+        sub.call("standardize", x, axis=axis, eps=eps),
+        oracle_standardize(x, axis, eps),
         what=f"standardize, {what}",
-        candidates=evaluate(STANDARDIZE_PROBES, x, axis, EPS),
+        candidates=evaluate(STANDARDIZE_PROBES, x, axis, eps),
         dtype=dtype,
         **tol,
     )
@@ -489,6 +491,9 @@ def standardize_last_axis(sub):
     for shape in [(6, 6), (5, 9), (1, 12)]:  # square first: exposes missing keepdims
         x = rows_with_varied_scale(rng, shape)
         _standardize_case(sub, x, -1, f"x of shape {shape}, axis=-1")
+    # an eps that nobody hard-codes: an eps accepted but ignored shows
+    x = rows_with_varied_scale(rng, (6, 8))
+    _standardize_case(sub, x, -1, "x of shape (6, 8), axis=-1, eps = 1e-3", eps=1e-3)
 
 
 @LAB.check(
@@ -735,34 +740,36 @@ def problem_weight_grad_answer(sub):
     )
 
 
-def _init_probes(fan_in, activation):
-    double = 2.0 if activation == "relu" else 1.0
-    return [
-        Probe(
-            "variance instead of std",
-            "This is the VARIANCE of the weights (e.g. 2 / fan_in). The function returns their "
-            "standard deviation: take the square root.",
-            lambda: double / fan_in,
-        ),
-        Probe(
-            "ReLU factor 2 missing",
-            "ReLU zeroes half of its inputs, so E[relu(z)**2] = Var(z) / 2: the weights must make "
-            "up a factor 2 in variance, std = sqrt(2 / fan_in) (He et al. 2015, §2.2).",
-            lambda: 1.0 / np.sqrt(fan_in),
-        ),
-        Probe(
-            "factor 2 for a linear layer",
-            "The factor 2 is ReLU's: a linear layer keeps all of z, so Var(z) = fan_in * "
-            "Var(w) * E[h**2] and std = 1 / sqrt(fan_in).",
-            lambda: np.sqrt(2.0 / fan_in),
-        ),
-        Probe(
-            "grows with the fan-in",
-            "The weights must get SMALLER as the fan-in grows: z sums fan_in terms, so its "
-            "variance is fan_in * Var(w) * E[h**2]; solve fan_in * Var(w) * c = 1.",
-            lambda: np.sqrt(double * fan_in),
-        ),
-    ]
+def _double(activation):
+    return 2.0 if activation == "relu" else 1.0
+
+
+INIT_PROBES = [
+    Probe(
+        "variance instead of std",
+        "This is the VARIANCE of the weights (e.g. 2 / fan_in). The function returns their "
+        "standard deviation: take the square root.",
+        lambda fan_in, activation: _double(activation) / fan_in,
+    ),
+    Probe(
+        "ReLU factor 2 missing",
+        "ReLU zeroes half of its inputs, so E[relu(z)**2] = Var(z) / 2: the weights must make "
+        "up a factor 2 in variance, std = sqrt(2 / fan_in) (He et al. 2015, §2.2).",
+        lambda fan_in, activation: 1.0 / np.sqrt(fan_in),
+    ),
+    Probe(
+        "factor 2 for a linear layer",
+        "The factor 2 is ReLU's: a linear layer keeps all of z, so Var(z) = fan_in * "
+        "Var(w) * E[h**2] and std = 1 / sqrt(fan_in).",
+        lambda fan_in, activation: np.sqrt(2.0 / fan_in),
+    ),
+    Probe(
+        "grows with the fan-in",
+        "The weights must get SMALLER as the fan-in grows: z sums fan_in terms, so its "
+        "variance is fan_in * Var(w) * E[h**2]; solve fan_in * Var(w) * c = 1.",
+        lambda fan_in, activation: np.sqrt(_double(activation) * fan_in),
+    ),
+]
 
 
 @LAB.check(
@@ -773,7 +780,7 @@ def _init_probes(fan_in, activation):
 def problem_init_std(sub):
     for fan_in, activation in [(256, "relu"), (256, "linear"), (1000, "relu"), (64, "linear")]:
         expected = np.sqrt((2.0 if activation == "relu" else 1.0) / fan_in)
-        candidates = [(p, p.compute()) for p in _init_probes(fan_in, activation)]
+        candidates = evaluate(INIT_PROBES, fan_in, activation)
         expect_array(
             sub.call("init_std", fan_in, activation),
             np.asarray(expected),
@@ -831,6 +838,15 @@ FEATURE_SCALING_PROBES = [
         lambda train, test, eps: _standardized(test, -1, eps),
     ),
 ]
+
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "standardize": STANDARDIZE_PROBES,
+    "mlp_forward_stats": FORWARD_PROBES,
+    "mlp_backward_grad_norms": BACKWARD_PROBES,
+    "init_std": INIT_PROBES,
+    "scale_with_train_stats": FEATURE_SCALING_PROBES,
+}
 
 
 @LAB.check(

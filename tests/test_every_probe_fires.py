@@ -1,0 +1,179 @@
+"""Every probe of every lab fires, with its hint, on an implementation that has its bug.
+
+A probe is a known-wrong variant: its ``compute`` returns what code with that bug returns. A
+check module lists its probes in ``PROBES``, by the learner's function whose arguments each
+``compute`` takes; handed to the lab as that function, the probe's computation must fail a
+check and that check's message must carry the probe's hint. A probe that never speaks (shadowed
+by another with the same output, or run only on inputs where it equals the right answer) fails
+here.
+
+Probe lists whose ``compute`` does not take the learner's arguments (a Transformer block's
+probes take the oracle's weights; a fused kernel's function also takes ``out=``) are proven by
+the lab's own test, named in ``PROVEN_ELSEWHERE``; this file checks that the named test exists
+and is parametrized over every probe of the list.
+
+Two more guarantees: every module-level probe list is covered one way or the other, and every
+probe a check compares answers with while grading the worked solution is one of the listed ones
+(so a probe built on the fly by a factory cannot escape the proof).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+from conftest import solution_namespace
+
+from normlab.grader import checks, notebook, probes
+from normlab.grader.probes import Probe
+
+
+def _modules():
+    found = {}
+    for info in pkgutil.iter_modules(checks.__path__):
+        module = importlib.import_module(f"{checks.__name__}.{info.name}")
+        if hasattr(module, "LAB"):
+            found[module.LAB.stem] = module
+    return dict(sorted(found.items()))
+
+
+MODULES = _modules()
+
+
+def probe_lists(module) -> dict[str, list[Probe]]:
+    """The module-level lists of probes, by variable name."""
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, list) and value and all(isinstance(p, Probe) for p in value)
+    }
+
+
+# Probe lists that a lab's own test proves, probe by probe: (test file, test function).
+PROVEN_ELSEWHERE = {
+    ("06_pre_post_ln", "LAYERNORM_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_layernorm_bug_is_caught_with_its_hint",
+    ),
+    ("06_pre_post_ln", "GRAD_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_cut_autograd_graph_is_caught_with_its_hint",
+    ),
+    ("06_pre_post_ln", "RMSNORM_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_rmsnorm_bug_is_caught_with_its_hint",
+    ),
+    ("06_pre_post_ln", "POST_BLOCK_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_block_bug_is_caught_with_its_hint",
+    ),
+    ("06_pre_post_ln", "PRE_BLOCK_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_block_bug_is_caught_with_its_hint",
+    ),
+    ("06_pre_post_ln", "STACK_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_stack_bug_is_caught_with_its_hint",
+    ),
+    ("06_pre_post_ln", "WARMUP_PROBES"): (
+        "test_pre_post_ln_checks",
+        "test_warmup_bug_is_caught_with_its_hint",
+    ),
+    ("07_cost", "RMS_PROBES"): ("test_cost_checks", "test_rms_bug_is_caught_with_its_hint"),
+    ("07_cost", "LAYER_PROBES"): ("test_cost_checks", "test_layer_bug_is_caught_with_its_hint"),
+    ("07_cost", "BYTES_PROBES"): ("test_cost_checks", "test_bytes_bug_is_caught_with_its_hint"),
+    ("07_cost", "INTENSITY_PROBES"): (
+        "test_cost_checks",
+        "test_intensity_bug_is_caught_with_its_hint",
+    ),
+    ("07_cost", "ROOFLINE_PROBES"): (
+        "test_cost_checks",
+        "test_roofline_bug_is_caught_with_its_hint",
+    ),
+}
+
+
+def driven_cases():
+    """(stem, function, probe) for every probe a module lists in ``PROBES``."""
+    cases = []
+    for stem, module in MODULES.items():
+        for function, listed in getattr(module, "PROBES", {}).items():
+            for probe in listed:
+                cases.append(pytest.param(stem, function, probe, id=f"{stem}-{probe.name}"))
+    return cases
+
+
+def as_learner_function(probe: Probe):
+    """The learner's function with the probe's bug: it returns what the probe computes."""
+
+    def buggy(*args, **kwargs):
+        return probe.compute(*args, **kwargs)
+
+    return buggy
+
+
+@pytest.mark.parametrize("stem, function, probe", driven_cases())
+def test_probe_fires_with_its_hint_on_code_with_its_bug(stem, function, probe):
+    _, results = notebook.run(lab=stem, **{function: as_learner_function(probe)})
+    failed = [r for r in results if not r.passed]
+    assert failed, f"{function} with the bug {probe.name!r} passes every check"
+    assert any(probe.hint in r.message for r in failed), (
+        f"{function} with the bug {probe.name!r} fails without its hint:\n"
+        + "\n".join(r.message for r in failed)
+    )
+
+
+@pytest.mark.parametrize("stem", sorted(MODULES))
+def test_every_probe_list_is_proven(stem):
+    module = MODULES[stem]
+    listed = {id(value) for value in getattr(module, "PROBES", {}).values()}
+    for name, value in probe_lists(module).items():
+        if id(value) in listed:
+            continue
+        assert (stem, name) in PROVEN_ELSEWHERE, (
+            f"{stem}: {name} is neither in the module's PROBES nor proven elsewhere"
+        )
+
+
+def _parametrized_strings(test) -> set[str]:
+    found = set()
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        for values in mark.args[1]:
+            for value in values if isinstance(values, (tuple, list)) else (values,):
+                if isinstance(value, str):
+                    found.add(value)
+    return found
+
+
+@pytest.mark.parametrize("stem, name", sorted(PROVEN_ELSEWHERE))
+def test_probes_proven_elsewhere_are_each_parametrized_there(stem, name):
+    file, function = PROVEN_ELSEWHERE[stem, name]
+    test = getattr(importlib.import_module(file), function)
+    covered = _parametrized_strings(test)
+    missing = [p.name for p in getattr(MODULES[stem], name) if p.name not in covered]
+    assert not missing, f"{file}::{function} does not prove {missing}"
+
+
+@pytest.mark.parametrize("stem", sorted(MODULES))
+def test_every_probe_used_in_grading_is_listed(stem, monkeypatch):
+    """Grade the worked solution and record each probe the checks compare answers with."""
+    seen: dict[tuple[str, str], Probe] = {}
+    original = probes.matching_probes
+
+    def recording(got, candidates, *args, **kwargs):
+        for probe, _ in candidates:
+            seen[probe.name, probe.hint] = probe
+        return original(got, candidates, *args, **kwargs)
+
+    monkeypatch.setattr(probes, "matching_probes", recording)
+    module = MODULES[stem]
+    namespace = solution_namespace(stem)
+    given = {name: namespace[name] for name in module.LAB.names if name in namespace}
+    _, results = notebook.run(lab=stem, **given)
+    assert all(r.passed for r in results)
+    listed = {(p.name, p.hint) for value in probe_lists(module).values() for p in value}
+    unlisted = sorted(name for name, hint in seen if (name, hint) not in listed)
+    assert not unlisted, f"{stem}: probes built outside any module-level list: {unlisted}"
