@@ -26,10 +26,9 @@ SHORTEST_OVER_LONGEST = 0.4
 
 BEING_REWRITTEN = {
     "06_pre_post_ln": "chapter 06's practice problems are being rewritten with its experiment",
-    "07_cost": "chapter 07's multiple-choice question is being rewritten with its benchmark",
 }
 
-LINKS_BEING_FIXED = {"07_cost": "lab 07's link to its worked solution is being fixed with 07"}
+LINKS_BEING_FIXED: dict[str, str] = {}
 
 OPTION = re.compile(r"^- \(([a-h])\) (.*)$")
 ANSWER = re.compile(r"^([A-Z][A-Z0-9_]*) = \"([a-h]+)\"\s*$", re.MULTILINE)

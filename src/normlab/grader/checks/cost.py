@@ -802,14 +802,23 @@ def roofline_cases(sub):
         _expect_number(sub, "roofline_time", args, expected, ROOFLINE_PROBES, what)
 
 
-COST_KEY = "d"
+# The misconception each wrong option stands for (the worked solution explains each).
+COST_WHY = {
+    "a": "time does not follow FLOPs here: the norms lie far below the CPU's ridge point, so "
+    "they wait on memory, and the measured RMSNorm/LayerNorm ratios differ by implementation.",
+    "b": "a fresh output moves the same bytes, but the operating system must first map each of "
+    "its pages (a page fault per 4 KB): the fresh-output rows cost several copies.",
+    "c": "Welford's update reads the row once, but its division per element and its serial "
+    "dependence make it compute-bound: it is the slowest fused row, not the fastest.",
+}
 
 
 @LAB.check("problem 3: what the benchmark shows (multiple choice)", 1, ["COST_ANSWER"])
 def cost_answer(sub):
     expect_choice(
         sub.get("COST_ANSWER"),
-        COST_KEY,
+        "d",
+        why=COST_WHY,
         what="COST_ANSWER",
         hint="Compare each statement with the measured table in the chapter: the naive rows "
         "against their pass counts, the two fused rows against each other and the copy, the "
