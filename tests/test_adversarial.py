@@ -374,3 +374,130 @@ def test_held_out_hostile_class(tmp_path, mode):
         after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
         changed = {p for p in after if before.get(p) != after[p]}
         assert changed <= {paths["gradebook"], paths["cache"]}, changed
+
+
+# ----------------------------------------------------------------------------- the parts, alone
+
+
+def test_remove_tree_survives_what_a_child_leaves(tmp_path):
+    from normlab.grader.isolation.files import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text(ORIGINAL)
+    work = tmp_path / "work"
+    work.mkdir()
+    deep = os.open(work, os.O_RDONLY)
+    for _ in range(5000):  # 5,000 nested folders: no recursion, no descriptor per level
+        os.mkdir("d", dir_fd=deep)
+        next_fd = os.open("d", os.O_RDONLY, dir_fd=deep)
+        os.close(deep)
+        deep = next_fd
+    os.mkfifo("fifo", dir_fd=deep)
+    os.close(deep)
+    os.symlink(outside, work / "link_to_folder")
+    os.symlink(outside / "keep.txt", work / "link_to_file")
+    os.makedirs(work / "a" / "b")
+    os.chmod(work / "a" / "b", 0)
+    os.chmod(work / "a", 0)
+    remove_tree(str(work))
+    assert not work.exists()
+    assert (outside / "keep.txt").read_text() == ORIGINAL
+
+
+def test_notebooks_are_read_without_following_or_blocking(tmp_path):
+    from normlab.grader.isolation.files import read_regular_file
+
+    os.mkfifo(tmp_path / "fifo.ipynb")
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_regular_file(tmp_path / "fifo.ipynb", 1 << 20)  # would block forever if opened
+    (tmp_path / "secret").write_text(SECRET)
+    os.symlink(tmp_path / "secret", tmp_path / "link.ipynb")
+    with pytest.raises(ValueError, match="symbolic link"):
+        read_regular_file(tmp_path / "link.ipynb", 1 << 20)
+    with open(tmp_path / "big.ipynb", "wb") as stream:
+        stream.truncate(1 << 30)
+    with pytest.raises(ValueError, match="larger than"):
+        read_regular_file(tmp_path / "big.ipynb", 16 << 20)
+
+
+def test_every_reply_field_is_checked_by_type():
+    import numpy as np
+
+    from normlab.grader import core
+    from normlab.grader.isolation import wire
+
+    good = {
+        "ok": True,
+        "names": ["f"],
+        "cell_errors": [{"cell": 0, "error_type": "E", "message": ""}],
+    }
+    assert wire.parse_load_reply(good, [], 1)[0] == {"f"}
+    forged = [
+        dict(good, ok="yes"),
+        dict(good, names="f"),
+        dict(good, names=[1]),
+        dict(good, cell_errors=[{"cell": "x", "error_type": "E", "message": ""}]),
+        dict(good, cell_errors=[{"cell": 5, "error_type": "E", "message": ""}]),
+        dict(good, cell_errors=[{"cell": 0, "error_type": 7, "message": ""}]),
+        dict(good, cell_errors="none"),
+    ]
+    for header in forged:
+        with pytest.raises(wire.ProtocolError):
+            wire.parse_load_reply(header, [], 1)
+    with pytest.raises(wire.ProtocolError):  # a load reply carries no arrays
+        wire.parse_load_reply(good, [np.zeros(3)], 1)
+    call = {"ok": True, "tuple": False, "items": [{"kind": "ndarray", "array": 0}]}
+    assert wire.parse_call_reply("f", call, [np.ones(2)]).items[0].array.shape == (2,)
+    for header in (
+        dict(call, items=[{"kind": "ndarray", "array": 1}]),
+        dict(call, items=[{"kind": "ndarray", "array": True}]),
+        dict(call, tuple=1),
+        dict(call, items={"kind": "x"}),
+        {"ok": False, "error_type": ["x"], "message": "m"},
+    ):
+        with pytest.raises(wire.ProtocolError):
+            wire.parse_call_reply("f", header, [np.ones(2)])
+    with pytest.raises(core.NotImplementedYet):
+        wire.parse_call_reply(
+            "f", {"ok": False, "error_type": "NotImplementedError", "message": ""}, []
+        )
+
+
+def test_an_array_header_cannot_make_the_grader_allocate():
+    import io
+
+    import numpy as np
+
+    from normlab.grader.isolation import wire
+
+    small = io.BytesIO()
+    np.save(small, np.zeros(4))
+    data = small.getvalue().replace(b"(4,)", b"(4000000000000,)".ljust(4))
+    with pytest.raises(wire.ProtocolError):
+        wire.decode_array(data)  # the shape promises 32 TB: refused before any allocation
+
+
+def test_from_scratch_is_judged_by_resolved_names_not_attribute_names():
+    from corpus import CONTROLS
+
+    from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+    from normlab.grader.trap import notebook_findings, scan_source
+
+    forbidden = LIBRARY_NORMS + AUTOGRAD
+    for style, source in CONTROLS.items():
+        cells = ["import numpy as np", source]
+        assert scan_source(cells, "layernorm_backward", forbidden) == [], style
+        assert scan_source(cells, "layernorm_forward", forbidden) == [], style
+        assert notebook_findings(cells, forbidden) == [], style
+    bypasses = {
+        "ln = F.layer_norm\ndef f(x):\n    return ln(x, (4,))": "ln",
+        "def f(x, g=torch.autograd.grad):\n    return g(x, x)": "torch.autograd.grad",
+        "def f(x):\n    return getattr(F, 'group_norm')(x, 1)": "getattr(F, 'group_norm')",
+        "def f(x):\n    return torch._C._VariableFunctions.layer_norm(x, (4,))": "layer_norm",
+        "def f(x):\n    x.requires_grad_(True)\n    return x": "requires_grad_",
+    }
+    for source, hit in bypasses.items():
+        cells = ["import torch\nimport torch.nn.functional as F", source]
+        assert any(hit in found for found in scan_source(cells, "f", forbidden)), source
+        assert notebook_findings(cells, forbidden) or "requires_grad" in source, source

@@ -162,9 +162,17 @@ class CheckResult:
     max_points: int
     passed: bool
     message: str
+    #: the check itself failed (a grader bug), not the answer; not part of the JSON
+    internal: bool = dataclasses.field(default=False, compare=False)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {
+            "name": self.name,
+            "points": self.points,
+            "max_points": self.max_points,
+            "passed": self.passed,
+            "message": self.message,
+        }
 
 
 @dataclasses.dataclass
@@ -274,6 +282,7 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
             check.points,
             False,
             f"{INTERNAL_ERROR}: {type(error).__name__}: {error}",
+            internal=True,
         )
     return CheckResult(check.name, check.points, check.points, True, "")
 

@@ -241,7 +241,7 @@ def grade_bytes(
     with ChildSubmission(cells, limits, isolation, fork_server, reaper) as submission:
         results = core.run_checks(lab, submission)
         error = None
-        internal = [r for r in results if r.message.startswith(core.INTERNAL_ERROR)]
+        internal = [r for r in results if r.internal]
         if internal:
             error = internal[0].message
         elif submission.dead_reason:

@@ -15,6 +15,7 @@ block), only regular files, the size checked on the open descriptor before a byt
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -37,7 +38,7 @@ def read_regular_file(path, limit: int) -> bytes:
     try:
         fd = os.open(path, OPEN_FLAGS)
     except OSError as error:
-        if error.errno == getattr(os, "ELOOP", -1):
+        if error.errno == errno.ELOOP:
             raise ValueError("the file is a symbolic link") from None
         raise
     try:
