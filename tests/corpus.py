@@ -588,8 +588,8 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            FULL,
-            "",
+            FULL - 1,  # instance_norm refuses d = 1 (one spatial element): that check fails
+            "Expected more than 1 spatial element",
             "computed lookup",
         ),
         "exec_of_encoded_source": (
