@@ -153,6 +153,10 @@ def scan_source(sources: list[str], function_name: str, forbidden: list[str]) ->
     functions = _top_level_functions(trees)
     bindings = _Bindings(trees)
     found: list[str] = []
+    # ``y.backward()``/``x.grad`` name the learner's own objects unless autograd is otherwise
+    # in evidence (``requires_grad``, a library path): then they are named with it.
+    methods: list[str] = []
+    autograd_seen = False
     seen_functions: set[str] = set()
     pending = [function_name]
     while pending:
@@ -178,6 +182,20 @@ def scan_source(sources: list[str], function_name: str, forbidden: list[str]) ->
                     hit = ast.unparse(node)
             if isinstance(node, ast.keyword) and autograd and node.arg == "requires_grad":
                 hit = "requires_grad="
+            if (
+                hit
+                and "requires_grad" in hit
+                or (hit and autograd and _last(hit) in ("grad", "backward"))
+            ):
+                autograd_seen = True
+            if (
+                not hit
+                and autograd
+                and isinstance(node, ast.Attribute)
+                and node.attr in ("backward", "grad")
+                and ast.unparse(node) not in methods
+            ):
+                methods.append(ast.unparse(node))
             if isinstance(node, ast.Name) and node.id in functions:
                 pending.append(node.id)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -186,6 +204,8 @@ def scan_source(sources: list[str], function_name: str, forbidden: list[str]) ->
                         hit = alias.name
             if hit and hit not in found:
                 found.append(hit)
+    if autograd_seen:
+        found += [method for method in methods if method not in found]
     return found
 
 
