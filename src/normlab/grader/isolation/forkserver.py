@@ -32,8 +32,7 @@ import threading
 import time
 
 from normlab.grader.isolation import processes
-
-PRELOAD = ("numpy", "torch", "matplotlib.pyplot")
+from normlab.grader.isolation.worker import PRELOAD
 
 
 def _preload() -> None:

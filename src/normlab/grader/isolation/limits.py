@@ -46,6 +46,8 @@ class Limits:
     max_reply_bytes: int = 256 * MiB
     #: seconds to wait for the fork server to hand out a child before replacing it
     fork_server_wait: float = 10.0
+    #: seconds a new child may take to start (imports) before it runs any learner code
+    startup_wait: float = 300.0
 
     def cell_timeout(self, remaining: float) -> float:
         return max(self.min_cell_timeout, self.cell_timeout_share * remaining)

@@ -347,12 +347,25 @@ class ChildSubmission(core.Submission):
         finally:
             os.close(request_read)
             os.close(reply_write)
+        self.request_fd, self.reply_fd = request_write, reply_read
+        os.set_blocking(self.request_fd, False)
+        # The child imports its libraries before any learner code runs, then says it is ready:
+        # that start-up (and a wait for the fork server) is the grader's time, not the student's.
+        try:
+            ready, extra = wire.recv(
+                self._reader(time.monotonic() + self.limits.startup_wait), self.limits
+            )
+        except (TimeoutError, EOFError, wire.ProtocolError):
+            reason = self._death_reason()
+            self.close()
+            raise core.ProcessFailed(f"the grader could not start a process ({reason})") from None
+        if ready.get("ready") is not True or extra:
+            self.close()
+            raise core.ProcessFailed("the grader could not start a process (no ready signal)")
         if self.deadline is None:
             self.deadline = time.monotonic() + self.limits.timeout
         else:  # a restart: the time spent getting a process is not the submission's
             self.deadline += time.monotonic() - started
-        self.request_fd, self.reply_fd = request_write, reply_read
-        os.set_blocking(self.request_fd, False)
         header, arrays = wire.load_request(self.cells, self.limits.cell_timeout(self.remaining()))
         reply, results = self._exchange(
             header, arrays, self.remaining(), "running the notebook's cells"
