@@ -2,6 +2,7 @@
 
     python benchmarks/grading_throughput.py            # 100 copies of the LayerNorm solution
     python benchmarks/grading_throughput.py --copies 20 --jobs 2
+    python benchmarks/grading_throughput.py --grade-option=--no-sandbox   # plain processes
 
 Prints the median seconds of one submission graded alone by the command (everything included:
 the grader's own start-up, the fork server's imports, the child, the checks), then the wall time
@@ -24,10 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 
 
+OPTIONS: list[str] = []  # extra options for `normlab grade` (e.g. --no-sandbox)
+
+
 def grade_command(folder: str, jobs: int) -> float:
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "normlab.cli", "grade", folder, "--jobs", str(jobs), "--quiet"],
+        [sys.executable, "-m", "normlab.cli", "grade", folder, "--jobs", str(jobs), "--quiet"]
+        + OPTIONS,
         check=True,
         capture_output=True,
     )
@@ -51,7 +56,11 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--grade-option", action="append", default=[], help="passed on to normlab grade"
+    )
     args = parser.parse_args()
+    OPTIONS.extend(args.grade_option)
     alone = one_submission_seconds(args.repeats)
     print(
         f"one submission alone: median {statistics.median(alone):.2f} s "

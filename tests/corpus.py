@@ -1,13 +1,15 @@
 """An adversarial grading corpus: broken and hostile submissions, each with its exact outcome.
 
 Every case is a notebook for lab 03 built from the solution notebook (or from nothing) plus one
-attack. ``EXPECTED[name] = (score, text that must appear in its error or messages)``. The
-solution earns 16: 7 for the forward checks, 4 backward, 2 for practice problem 1, 2 for
-problem 2 and 1 for problem 3.
+attack. ``build`` returns, per file, ``(score, text that must appear in its error or messages,
+finding that must be flagged or None)``; a score or text that depends on the isolation is a
+dict by mode (``"processes"``, ``"sandbox"``). The solution earns 16: 7 for the forward checks,
+4 backward, 2 for practice problem 1, 2 for problem 2 and 1 for problem 3.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -17,7 +19,23 @@ from conftest import ROOT
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
 FULL, FORWARD = 16, 7
+BACKWARD = 4
 FORWARD_DEF = "def layernorm_forward(x, gamma, beta, eps=1e-5):"
+BACKWARD_DEF = "def layernorm_backward(dy, x, gamma, eps=1e-5):"
+# Unique arguments of processes that must not survive grading (looked up in /proc by the tests).
+SURVIVOR_MARK = "4242.0424242"
+
+# A correct forward pass by a library norm: a from-scratch bypass when it reaches the grade.
+LIBRARY_FORWARD = "{call}(torch.from_numpy(x), x.shape[-1:], torch.from_numpy(gamma), torch.from_numpy(beta), eps).numpy()"
+# A correct backward pass by autograd, through a name bound to ``torch.autograd.grad``.
+AUTOGRAD_BACKWARD = (
+    "    xt = torch.tensor(x)\n    xt.requires_grad_(True)\n"
+    "    gt = torch.tensor(gamma)\n    gt.requires_grad_(True)\n"
+    "    mean = xt.mean(-1, keepdim=True)\n"
+    "    y = gt * (xt - mean) / torch.sqrt(((xt - mean) ** 2).mean(-1, keepdim=True) + eps)\n"
+    "    dx, dgamma = {grad}(y, (xt, gt), torch.from_numpy(dy))\n"
+    "    return dx.numpy(), dgamma.numpy(), dy.sum(axis=tuple(range(dy.ndim - 1)))\n"
+)
 
 
 def _solution() -> nbformat.NotebookNode:
@@ -57,17 +75,164 @@ def _edit_forward(old: str, new: str) -> nbformat.NotebookNode:
     return notebook
 
 
-def build(
-    folder: Path, targets: dict[str, Path], sandbox: bool = False
-) -> dict[str, tuple[int, str]]:
-    """Write every case into ``folder``; return the expected (score, text) per file name.
+def _replace_function(header: str, source: str, before=(), notebook=None):
+    """The solution with the cell that starts with ``header`` replaced by ``source``."""
+    notebook = notebook or _solution()
+    for cell in notebook.cells:
+        if cell.source.startswith(header):
+            cell.source = source
+    notebook.cells = [nbformat.v4.new_code_cell(b) for b in before] + notebook.cells
+    return notebook
+
+
+def _forward_by(call: str, before=(), signature=FORWARD_DEF):
+    body = f"{signature}\n    return {LIBRARY_FORWARD.format(call=call)}"
+    return _replace_function(FORWARD_DEF, body, ["import torch", *before])
+
+
+def _backward_by(grad: str, before=(), signature=BACKWARD_DEF):
+    body = signature + "\n" + AUTOGRAD_BACKWARD.format(grad=grad)
+    return _replace_function(BACKWARD_DEF, body, ["import torch", *before])
+
+
+def _cells_of(notebook) -> list[str]:
+    return [c.source for c in notebook.cells if c.cell_type == "code"]
+
+
+# ----------------------------------------------------------------------------- correct styles
+
+# Correct code in the styles of public course material must get full marks: a class with its
+# own forward/backward methods (llm.c), a torch.autograd.Function whose backward is written by
+# hand, and CS231n-style functions that keep a cache. Names like ``.backward`` are theirs.
+CLASS_STYLE = """
+class LayerNorm:
+    \"\"\"llm.c style: forward keeps what backward needs; backward written by hand.\"\"\"
+
+    def __init__(self, eps=1e-5):
+        self.eps = eps
+
+    def forward(self, x, gamma, beta):
+        self.x_hat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + self.eps)
+        self.rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + self.eps)
+        return gamma * self.x_hat + beta
+
+    def backward(self, dy, gamma):
+        axes = tuple(range(dy.ndim - 1))
+        g = dy * gamma
+        dx = self.rstd * (g - g.mean(-1, keepdims=True) - self.x_hat * (g * self.x_hat).mean(-1, keepdims=True))
+        return dx, (dy * self.x_hat).sum(axes), dy.sum(axes)
+
+
+def layernorm_forward(x, gamma, beta, eps=1e-5):
+    return LayerNorm(eps).forward(x, gamma, beta)
+
+
+def layernorm_backward(dy, x, gamma, eps=1e-5):
+    layer = LayerNorm(eps)
+    layer.forward(x, gamma, np.zeros_like(gamma))
+    return layer.backward(dy, gamma)
+"""
+
+FUNCTION_STYLE = """
+import torch
+
+
+class LayerNormFunction(torch.autograd.Function):
+    \"\"\"autograd.Function style, with the backward written by hand (no autograd inside).\"\"\"
+
+    @staticmethod
+    def forward(ctx, x, gamma, beta, eps):
+        rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)
+        x_hat = (x - x.mean(-1, keepdims=True)) * rstd
+        ctx.save_for_backward = (x_hat, rstd, gamma)
+        return gamma * x_hat + beta
+
+    @staticmethod
+    def backward(ctx, dy):
+        x_hat, rstd, gamma = ctx.save_for_backward
+        axes = tuple(range(dy.ndim - 1))
+        g = dy * gamma
+        dx = rstd * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+        return dx, (dy * x_hat).sum(axes), dy.sum(axes), None
+
+
+class Context:
+    pass
+
+
+def layernorm_forward(x, gamma, beta, eps=1e-5):
+    return LayerNormFunction.forward(Context(), x, gamma, beta, eps)
+
+
+def layernorm_backward(dy, x, gamma, eps=1e-5):
+    ctx = Context()
+    LayerNormFunction.forward(ctx, x, gamma, np.zeros_like(gamma), eps)
+    return LayerNormFunction.backward(ctx, dy)[:3]
+"""
+
+CS231N_STYLE = """
+def layernorm_forward_with_cache(x, gamma, beta, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    xmu = x - mu
+    var = (xmu ** 2).mean(axis=-1, keepdims=True)
+    ivar = 1.0 / np.sqrt(var + eps)
+    xhat = xmu * ivar
+    out = gamma * xhat + beta
+    cache = (xhat, gamma, ivar)
+    return out, cache
+
+
+def layernorm_backward_with_cache(dout, cache):
+    xhat, gamma, ivar = cache
+    D = xhat.shape[-1]
+    axes = tuple(range(dout.ndim - 1))
+    dbeta = dout.sum(axis=axes)
+    dgamma = (dout * xhat).sum(axis=axes)
+    dxhat = dout * gamma
+    dx = (1.0 / D) * ivar * (D * dxhat - dxhat.sum(-1, keepdims=True) - xhat * (dxhat * xhat).sum(-1, keepdims=True))
+    return dx, dgamma, dbeta
+
+
+def layernorm_forward(x, gamma, beta, eps=1e-5):
+    return layernorm_forward_with_cache(x, gamma, beta, eps)[0]
+
+
+def layernorm_backward(dy, x, gamma, eps=1e-5):
+    _, cache = layernorm_forward_with_cache(x, gamma, np.zeros_like(gamma), eps)
+    return layernorm_backward_with_cache(dy, cache)
+"""
+
+
+def styled(source: str) -> nbformat.NotebookNode:
+    """The solution with its forward and backward replaced by ``source`` (defined after them)."""
+    notebook = _solution()
+    notebook.cells.append(nbformat.v4.new_code_cell(source))
+    return notebook
+
+
+CONTROLS = {
+    "class_style": CLASS_STYLE,
+    "function_style": FUNCTION_STYLE,
+    "cs231n_style": CS231N_STYLE,
+}
+
+
+def _by_mode(processes, sandbox) -> dict:
+    return {"processes": processes, "sandbox": sandbox}
+
+
+def build(folder: Path, targets: dict[str, Path]) -> dict[str, tuple]:
+    """Write every case into ``folder``; return (score, text, finding) per file name.
 
     Args:
         targets: absolute paths the hostile cases try to write to or read:
-            ``sentinel`` (a file outside the grader's temp dirs), ``gradebook``, ``victim``
-            (another student's notebook).
+            ``sentinel`` (a file outside the grader's temp dirs that no notebook writes
+            itself), ``gradebook``, ``victim`` (another student's notebook), ``secret`` (a file
+            in a home folder), ``linked`` (a file the log-symlink attack points the grader at).
     """
     sentinel, gradebook, victim = (str(targets[k]) for k in ("sentinel", "gradebook", "victim"))
+    secret, linked = str(targets["secret"]), str(targets["linked"])
+    solution_path = str(SOLUTION)
     notebooks = {
         "empty_notebook": (nbformat.v4.new_notebook(), 0, "is not defined in the notebook"),
         "missing_function": (
@@ -176,15 +341,287 @@ def build(
             "",
         ),
     }
+    notebooks.update(hostile_cases(sentinel, secret, linked, solution_path))
     expected = {}
-    for name, (notebook, score, text) in notebooks.items():
+    for name, (notebook, score, text, *finding) in notebooks.items():
         nbformat.write(notebook, folder / f"03_layernorm_{name}.ipynb")
-        expected[f"03_layernorm_{name}.ipynb"] = (score, text)
-    text = SOLUTION.read_text()
-    (folder / "03_layernorm_malformed_json.ipynb").write_text(text[: len(text) // 3])
-    expected["03_layernorm_malformed_json.ipynb"] = (0, "broken JSON")
-    (folder / "03_layernorm_not_a_notebook.ipynb").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
-    expected["03_layernorm_not_a_notebook.ipynb"] = (0, "not UTF-8")
-    (folder / "03_layernorm_json_not_notebook.ipynb").write_text(json.dumps([1, 2, 3]))
-    expected["03_layernorm_json_not_notebook.ipynb"] = (0, "no list of cells")
+        expected[f"03_layernorm_{name}.ipynb"] = (score, text, finding[0] if finding else None)
+    for name, (raw, score, text) in file_cases().items():
+        path = folder / f"03_layernorm_{name}.ipynb"
+        if raw is None:  # a sparse 1 GB file: rejected by its size, never read
+            with open(path, "wb") as stream:
+                stream.truncate(1 << 30)
+        else:
+            path.write_bytes(raw)
+        expected[path.name] = (score, text, None)
     return expected
+
+
+def file_cases() -> dict[str, tuple[bytes | None, int, str]]:
+    """Files that are not (valid) notebooks: each costs its submission alone."""
+    text = SOLUTION.read_text()
+    depth = 100_000  # 200 KB of brackets: too deep for a recursive parser
+    return {
+        "malformed_json": (text[: len(text) // 3].encode(), 0, "broken JSON"),
+        "not_a_notebook": (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", 0, "not UTF-8"),
+        "json_not_notebook": (json.dumps([1, 2, 3]).encode(), 0, "no list of cells"),
+        "deeply_nested": (
+            b'{"cells": ' + b"[" * depth + b"]" * depth + b"}",
+            0,
+            "nests more than",
+        ),
+        # 90 bytes: metadata.normlab is a string, not an object
+        "metadata_not_object": (
+            b'{"cells": [], "metadata": {"normlab": "03_layernorm"}, "nbformat": 4, '
+            b'"nbformat_minor": 5}',
+            0,
+            "is not defined",
+        ),
+        "one_gigabyte": (None, 0, "larger than"),
+    }
+
+
+def _encoded_exec(source: str) -> str:
+    blob = base64.b64encode(source.encode()).decode()
+    return f"import base64\nexec(base64.b64decode({blob!r}).decode())"
+
+
+def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -> dict:
+    """The attacks on the trust boundary: each with its exact outcome (and finding)."""
+    forward_library = (
+        f"{FORWARD_DEF}\n    return {LIBRARY_FORWARD.format(call='torch.nn.functional.layer_norm')}"
+    )
+    survivor = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{SURVIVOR_MARK}'])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.2)"
+    )
+    find_server = (
+        "import os, signal\n"
+        "def parent_of(pid):\n"
+        "    text = open(f'/proc/{pid}/stat').read()\n"
+        "    return int(text[text.rfind(')') + 2:].split()[1])\n"
+        "server = parent_of(os.getppid())\n"
+        "if server > 1 and b'forkserver' in open(f'/proc/{server}/cmdline', 'rb').read():\n"
+        "    try:\n"
+        "        os.kill(server, signal.SIGSTOP)\n"
+        "    except OSError:\n"
+        "        pass"
+    )
+    forge_reply = (
+        "import normlab.grader.isolation.wire as wire\n"
+        "real_send = wire.send\n"
+        "def send(fd, header, arrays=()):\n"
+        "    if 'names' in header:\n"
+        "        header = dict(header, cell_errors=[{'cell': 'everywhere', 'error_type': 7}])\n"
+        "    real_send(fd, header, arrays)\n"
+        "wire.send = send"
+    )
+    huge_reply = (
+        "import os, struct, json\n"
+        "import normlab.grader.isolation.wire as wire\n"
+        "real_send = wire.send\n"
+        "def send(fd, header, arrays=()):\n"
+        "    if 'items' not in header:\n"
+        "        return real_send(fd, header, arrays)\n"
+        "    payload = json.dumps(dict(header, n_arrays=64)).encode()\n"
+        "    os.write(fd, struct.pack('<I', len(payload)) + payload + struct.pack('<Q', 257 << 20))\n"
+        "wire.send = send"
+    )
+    return {
+        # -- the parent never opens a path in the child's folder by name
+        "log_symlink_write": (
+            _with_cells(
+                after=[
+                    "import os, contextlib\nwith contextlib.suppress(OSError):\n"
+                    f"    os.symlink({linked!r}, 'output.log')\nos._exit(3)"
+                ]
+            ),
+            0,
+            "exited with code 3",
+        ),
+        "log_symlink_read": (
+            _with_cells(
+                after=[
+                    "import os, contextlib\nfor n in ('output.log', 'log'):\n"
+                    f"    with contextlib.suppress(OSError):\n        os.symlink({secret!r}, n)\n"
+                    "os._exit(3)"
+                ]
+            ),
+            0,
+            "exited with code 3",
+        ),
+        "fifo_left_behind": (
+            _with_cells(
+                after=[
+                    "import os, contextlib\nfor n in ('output.log', 'fifo'):\n"
+                    "    with contextlib.suppress(OSError):\n        os.mkfifo(n)"
+                ]
+            ),
+            FULL,
+            "",
+        ),
+        "deep_folders": (
+            _with_cells(
+                after=["import os\nfor _ in range(5000):\n    os.mkdir('d')\n    os.chdir('d')"]
+            ),
+            FULL,
+            "",
+        ),
+        "unreadable_folder": (
+            _with_cells(
+                after=["import os\nos.makedirs('a/b/c')\nos.chmod('a/b', 0)\nos.chmod('a', 0)"]
+            ),
+            FULL,
+            "",
+        ),
+        # -- replies are validated field by field; memory per reply is bounded
+        "forged_cell_errors": (_with_cells(after=[forge_reply]), 0, "sent garbage"),
+        "huge_reply": (_with_cells(after=[huge_reply]), 0, "sent garbage"),
+        "large_data_cell": (
+            _with_cells(
+                after=["DATA = " + repr("0123456789" * 110_000) + "\nassert len(DATA) > 10**6"]
+            ),
+            FULL,
+            "",
+        ),
+        # -- processes die with their submission; the fork server is not the student's to stop
+        "double_fork_survivor": (_with_cells(after=[survivor]), FULL, ""),
+        "stops_fork_server": (_with_cells(after=[find_server]), FULL, ""),
+        # -- limits
+        "fills_tmp": (
+            _with_cells(
+                after=[
+                    "chunk = b'x' * (1 << 20)\n"
+                    "for i in range(300):\n"
+                    "    with open(f'fill{i // 60}', 'ab') as stream:\n"
+                    "        stream.write(chunk)"
+                ]
+            ),
+            FULL,
+            # 5 files of 60 MB: each under the file-size limit, together over the sandbox's
+            # 256 MB of temporary space (processes have no such total: see docs/grading.md)
+            _by_mode("", "OSError"),
+        ),
+        "writes_a_huge_file": (
+            _with_cells(after=["open('big', 'wb').write(b'x' * (100 << 20))"]),
+            FULL,
+            "OSError",
+        ),
+        # -- what the sandbox does not show
+        "reads_secret": (
+            _with_cells(after=[f"stolen = open({secret!r}).read()"]),
+            FULL,
+            _by_mode("", "FileNotFoundError"),
+        ),
+        "runs_solution_from_disk": (
+            _replace_function(
+                FORWARD_DEF,
+                "import json\n"
+                f"for cell in json.load(open({solution_path!r}))['cells']:\n"
+                "    if cell['cell_type'] == 'code' and 'def layernorm_forward' in ''.join(cell['source']):\n"
+                "        exec(''.join(cell['source']))",
+            ),
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", "FileNotFoundError"),
+            "reads notebooks or solutions/",
+        ),
+        # -- from scratch: a library norm or autograd under another name costs the points
+        "norm_bound_at_module_level": (
+            _forward_by("_norm", before=["import torch.nn.functional as F\n_norm = F.layer_norm"]),
+            FULL - FORWARD,
+            "from scratch",
+            "library norm or autograd bound to a name",
+        ),
+        "norm_as_default_argument": (
+            _forward_by(
+                "norm",
+                signature=FORWARD_DEF[:-2] + ", norm=torch.nn.functional.layer_norm):",
+            ),
+            FULL - FORWARD,
+            "from scratch",
+            "as a default argument",
+        ),
+        "autograd_bound_at_module_level": (
+            _backward_by("_grad", before=["_grad = torch.autograd.grad"]),
+            FULL - BACKWARD,
+            "from scratch",
+            "library norm or autograd bound to a name",
+        ),
+        "aten_by_getattr": (
+            _forward_by("getattr(torch.ops.aten, 'layer_norm')"),
+            FULL - FORWARD,
+            "from scratch",
+            "PyTorch internals",
+        ),
+        "variable_functions_by_getattr": (
+            _forward_by("getattr(torch._C._VariableFunctions, 'layer_norm')"),
+            FULL - FORWARD,
+            "from scratch",
+            "PyTorch internals",
+        ),
+        "group_norm_by_computed_name": (
+            _replace_function(
+                FORWARD_DEF,
+                f"{FORWARD_DEF}\n"
+                "    name = 'group' + '_norm'\n"
+                "    xt = torch.from_numpy(x.reshape(-1, x.shape[-1], 1))\n"
+                "    y = getattr(torch.nn.functional, name)(xt, 1, eps=eps)\n"
+                "    return gamma * y.numpy().reshape(x.shape) + beta",
+                ["import torch"],
+            ),
+            FULL,
+            "",
+            "computed lookup",
+        ),
+        "instance_norm_on_a_view_by_computed_name": (
+            _replace_function(
+                FORWARD_DEF,
+                f"{FORWARD_DEF}\n"
+                "    name = ''.join(['instance', '_', 'norm'])\n"
+                "    xt = torch.from_numpy(x.reshape(1, -1, x.shape[-1]))\n"
+                "    y = getattr(torch.nn.functional, name)(xt, eps=eps)\n"
+                "    return gamma * y.numpy().reshape(x.shape) + beta",
+                ["import torch"],
+            ),
+            FULL - 1,  # instance_norm refuses d = 1 (one spatial element): that check fails
+            "Expected more than 1 spatial element",
+            "computed lookup",
+        ),
+        "exec_of_encoded_source": (
+            _replace_function(FORWARD_DEF, _encoded_exec(forward_library), ["import torch"]),
+            FULL,
+            "",
+            "dynamic code: exec",
+        ),
+        "forward_mode_autodiff": (
+            _backward_by(
+                "backward_by_jvp",
+                before=[
+                    "import torch.func\n"
+                    "def backward_by_jvp(y, inputs, dy):\n"
+                    "    return torch.func.jvp(lambda t: t, (inputs[0],), (dy,))[1], inputs[1] * 0"
+                ],
+            ),
+            FULL - BACKWARD,
+            "from scratch",
+            "PyTorch internals: torch.func",
+        ),
+        "patches_the_trap_and_the_reply": (
+            _replace_function(
+                FORWARD_DEF,
+                forward_library,
+                [
+                    "import torch\nimport normlab.grader.trap as trap\n"
+                    "import contextlib\n"
+                    "trap.forbidden_calls = lambda *a, **k: contextlib.nullcontext()"
+                ],
+            ),
+            FULL - FORWARD,
+            "from scratch",
+        ),
+    }

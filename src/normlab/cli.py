@@ -7,29 +7,6 @@ import sys
 from pathlib import Path
 
 
-def _hidden_folders(paths: list[str]) -> tuple[str, ...]:
-    """Folders holding submissions, to hide from each notebook under --sandbox.
-
-    A folder that holds the course package or the Python installation is never hidden.
-    """
-    import normlab
-
-    keep = [
-        Path(normlab.__file__).resolve(),
-        Path(sys.prefix).resolve(),
-        Path(sys.base_prefix).resolve(),
-    ]
-    folders = []
-    for raw in paths:
-        folder = Path(raw).resolve()
-        folder = folder if folder.is_dir() else folder.parent
-        if any(k == folder or folder in k.parents for k in keep) or folder == Path("/"):
-            continue
-        if str(folder) not in folders:
-            folders.append(str(folder))
-    return tuple(folders)
-
-
 def _grade(args) -> int:
     import time
 
@@ -43,8 +20,8 @@ def _grade(args) -> int:
         grade_all,
         grader_fingerprint,
     )
+    from normlab.grader.isolation.sandbox import IsolationError, choose_isolation
     from normlab.grader.registry import load_extra_checks
-    from normlab.grader.sandbox import bwrap_available
 
     started = time.monotonic()
     try:
@@ -53,25 +30,28 @@ def _grade(args) -> int:
             if not Path(args.extra_checks).is_file():
                 raise UsageError(f"no such file: {args.extra_checks}")
             load_extra_checks(Path(args.extra_checks))
-        if args.sandbox and not bwrap_available():
-            raise UsageError(
-                "--sandbox needs bubblewrap (bwrap), installed and allowed to run here"
-            )
-    except UsageError as error:
+        settings = Settings(
+            timeout=args.timeout,
+            memory_mb=args.memory,
+            sandbox=args.sandbox,
+            allow_root=args.allow_root,
+        )
+        isolation = choose_isolation(settings.sandbox, settings.allow_root)
+    except (UsageError, IsolationError) as error:
         print(f"normlab grade: {error}", file=sys.stderr)
         return 2
-    settings = Settings(
-        timeout=args.timeout,
-        memory_mb=args.memory,
-        bwrap=args.sandbox,
-        hide=_hidden_folders(args.paths) if args.sandbox else (),
-    )
+    # Every run says how it isolated the submissions (and each result records it).
+    print(f"normlab grade: isolation: {isolation.description}", file=sys.stderr)
     cache_path = Path(args.cache) if args.cache else None
     if cache_path is None and args.csv:
         cache_path = Path(args.csv).with_name(Path(args.csv).name + ".cache.json")
     elif cache_path is None and args.feedback:
         cache_path = Path(args.feedback) / ".normlab-cache.json"
-    cache = ResultCache(cache_path, grader_fingerprint(settings, args.extra_checks), args.force)
+    cache = ResultCache(
+        cache_path,
+        grader_fingerprint(settings, args.extra_checks) + isolation.description,
+        args.force,
+    )
 
     counts = {"graded": 0, "reused": 0}
     bar = None
@@ -86,7 +66,9 @@ def _grade(args) -> int:
             bar.update(1)
 
     try:
-        results = grade_all(entries, settings, args.jobs or default_jobs(), cache, on_result)
+        results = grade_all(
+            entries, settings, args.jobs or default_jobs(), cache, on_result, isolation
+        )
     except KeyboardInterrupt:
         print(
             f"\nnormlab grade: interrupted; {counts['graded']} finished results are saved"
@@ -121,6 +103,8 @@ def _labs(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from normlab.grader.isolation.limits import DEFAULT as DEFAULT_LIMITS
+
     parser = argparse.ArgumentParser(prog="normlab", description="The normlab course tools.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -140,16 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument(
         "--timeout",
         type=float,
-        default=60.0,
+        default=DEFAULT_LIMITS.timeout,
         metavar="S",
-        help="wall-time budget per submission in seconds (default 60)",
+        help=f"wall-time budget per submission in seconds (default {DEFAULT_LIMITS.timeout:g})",
     )
     grade.add_argument(
         "--memory",
         type=int,
-        default=3072,
+        default=DEFAULT_LIMITS.memory_mb,
         metavar="MB",
-        help="memory limit per submission in MB (default 3072)",
+        help=f"memory limit per submission in MB (default {DEFAULT_LIMITS.memory_mb})",
     )
     grade.add_argument(
         "--jobs",
@@ -167,11 +151,28 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument(
         "--extra-checks", metavar="FILE.py", help="add the instructor's checks from this file"
     )
-    grade.add_argument(
+    sandbox = grade.add_mutually_exclusive_group()
+    sandbox.add_argument(
         "--sandbox",
+        dest="sandbox",
+        action="store_const",
+        const=True,
+        default=None,
+        help="require bubblewrap: each notebook sees only the interpreter and the course "
+        "package, read-only, no network, its own PIDs (the default where bwrap runs)",
+    )
+    sandbox.add_argument(
+        "--no-sandbox",
+        dest="sandbox",
+        action="store_const",
+        const=False,
+        help="run notebooks as plain processes even where bubblewrap is installed",
+    )
+    grade.add_argument(
+        "--allow-root",
         action="store_true",
-        help="run each notebook under bubblewrap: read-only filesystem, no network, "
-        "submission folders hidden",
+        help="as root, run learner code as root where it cannot run as the user nobody "
+        "(refused otherwise)",
     )
     grade.add_argument("--quiet", action="store_true", help="table without the failed checks")
     grade.set_defaults(run=_grade)

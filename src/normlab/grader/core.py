@@ -3,8 +3,10 @@
 A *check* is a small function that receives a :class:`Submission` (something that can call the
 learner's functions) and raises :class:`CheckFailed` with a teaching message when the answer is
 wrong. It never sees where the learner's code runs: in the notebook it is called in-process; in
-``normlab grade`` every call crosses a process boundary (see ``sandbox.py``). Both kinds of
-submission return :class:`Output` objects built from the same wire format.
+``normlab grade`` every call crosses a process boundary (see ``isolation/``). Both kinds of
+submission return :class:`Output` objects; in ``normlab grade`` the parent builds them from a
+reply it has validated field by field (``isolation.wire``), and ``forbidden_used`` is always
+empty there: what the child says about itself decides nothing.
 """
 
 from __future__ import annotations
@@ -40,11 +42,11 @@ class Output:
 
     @classmethod
     def from_wire(cls, header: dict, arrays: list[np.ndarray]) -> Output:
+        """For the in-notebook door (a trusted header); the grader parses replies in ``wire``."""
+
         def items_of(specs) -> list[Item]:
             items = []
             for spec in specs if isinstance(specs, list) else []:
-                if not isinstance(spec, dict):
-                    continue
                 index = spec.get("array")
                 valid = isinstance(index, int) and 0 <= index < len(arrays)
                 array = arrays[index] if valid else None
@@ -104,6 +106,10 @@ class ProcessFailed(SubmissionError):
     """The submission's process died, hung or broke the protocol (grade door only)."""
 
 
+class ProcessTimedOut(ProcessFailed):
+    """The submission's process did not answer in time (grade door only)."""
+
+
 class CheckFailed(Exception):
     """Raised by a check with the message the learner reads."""
 
@@ -127,36 +133,6 @@ class ReadBack:
     """
 
     array: np.ndarray
-
-
-def _is_json_scalar(value) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
-def encode_args(args: Sequence, kwargs: dict) -> tuple[list, list, list, list]:
-    """Arguments -> (arg specs, kwarg names, kwarg specs, arrays) for the wire."""
-    arrays: list[np.ndarray] = []
-
-    def spec(value):
-        if isinstance(value, AsTorch):
-            arrays.append(np.asarray(value.array))
-            return {"array": len(arrays) - 1, "as": "torch"}
-        if isinstance(value, ReadBack):
-            arrays.append(np.asarray(value.array))
-            return {"array": len(arrays) - 1, "read_back": True}
-        if isinstance(value, np.ndarray):
-            arrays.append(value)
-            return {"array": len(arrays) - 1}
-        if _is_json_scalar(value) or (
-            isinstance(value, (list, tuple)) and all(_is_json_scalar(v) for v in value)
-        ):
-            return {"value": list(value) if isinstance(value, tuple) else value}
-        raise TypeError(f"cannot send {type(value).__name__} to a submission")
-
-    arg_specs = [spec(a) for a in args]
-    names = list(kwargs)
-    kwarg_specs = [spec(kwargs[n]) for n in names]
-    return arg_specs, names, kwarg_specs, arrays
 
 
 class Submission:
@@ -210,9 +186,17 @@ class CheckResult:
     max_points: int
     passed: bool
     message: str
+    #: the check itself failed (a grader bug), not the answer; not part of the JSON
+    internal: bool = dataclasses.field(default=False, compare=False)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {
+            "name": self.name,
+            "points": self.points,
+            "max_points": self.max_points,
+            "passed": self.passed,
+            "message": self.message,
+        }
 
 
 @dataclasses.dataclass
@@ -322,6 +306,7 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
             check.points,
             False,
             f"{INTERNAL_ERROR}: {type(error).__name__}: {error}",
+            internal=True,
         )
     return CheckResult(check.name, check.points, check.points, True, "")
 

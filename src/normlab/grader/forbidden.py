@@ -2,8 +2,9 @@
 
 One list for the whole course, because any library norm can stand in for another (GroupNorm
 with one group is LayerNorm over (C, H, W); BatchNorm on a transposed input is LayerNorm; ...).
-Names are dotted paths; ``trap.scan_source`` matches them by their last part, and
-``trap.forbidden_calls`` wraps them while a learner's function runs.
+Names are dotted paths; ``trap.scan_source`` matches a library path (resolved through imports
+and aliases) by its last part, and ``trap.forbidden_calls`` wraps them while a learner's
+function runs in door 1 (the in-notebook check).
 """
 
 from __future__ import annotations
@@ -42,4 +43,14 @@ AUTOGRAD = [
     "torch.func.vjp",
     "torch.func.jacrev",
     "torch.func.jacfwd",
+    "torch.func.jvp",
+    "torch.func.linearize",
+    "torch.func.hessian",
+    "torch.autograd.functional.jvp",
+    "torch.autograd.functional.vjp",
+    "torch.autograd.functional.hessian",
+    "torch.autograd.functional.hvp",
+    "torch.autograd.functional.vhp",
+    "torch.autograd.forward_ad.make_dual",
+    "torch.autograd.forward_ad.unpack_dual",
 ]

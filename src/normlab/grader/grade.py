@@ -1,8 +1,12 @@
 """Door 2: ``normlab grade`` — authoritative grading of notebooks, each in its own process.
 
 At class scale: submissions are found with their student ids, graded in parallel, and every
-finished result is written to a cache keyed by the notebook's content hash, so an interrupted
-run resumes where it stopped and a re-run regrades only what changed.
+finished result is written to a cache keyed by the SHA-256 of the exact bytes graded (each
+notebook is read once; those bytes are hashed, parsed and graded), so an interrupted run resumes
+where it stopped and a re-run regrades only what changed.
+
+Every submission is behind a barrier: whatever its notebook or its process does, grading it
+ends with a result (its error said plainly), and the next one is graded.
 """
 
 from __future__ import annotations
@@ -18,14 +22,25 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from normlab.grader import core
-from normlab.grader.forkserver import ForkServer
+import numpy as np
+
+from normlab.grader import core, trap
+from normlab.grader.isolation import files
+from normlab.grader.isolation.forkserver import ForkServer
+from normlab.grader.isolation.limits import DEFAULT, Limits
+from normlab.grader.isolation.processes import Reaper
+from normlab.grader.isolation.sandbox import (
+    ChildSubmission,
+    Isolation,
+    choose_isolation,
+    fork_server_environment,
+)
 from normlab.grader.registry import lab_for_path
 from normlab.grader.report import SubmissionResult, write_atomically
-from normlab.grader.sandbox import DEFAULT_MEMORY_MB, ChildSubmission, fork_server_environment
 
-DEFAULT_TIMEOUT = 60.0
-MAX_NOTEBOOK_BYTES = 50 << 20
+DEFAULT_TIMEOUT = DEFAULT.timeout
+DEFAULT_MEMORY_MB = DEFAULT.memory_mb
+MAX_NOTEBOOK_BYTES = DEFAULT.max_notebook_bytes
 
 
 class UsageError(Exception):
@@ -79,40 +94,77 @@ def find_submissions(paths: list[str]) -> list[Entry]:
     return found
 
 
-def read_code_cells(path: Path) -> tuple[list[str], dict]:
-    """The code cells' sources and the notebook metadata; ValueError with a clear reason."""
-    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-        raise ValueError(f"the file is larger than {MAX_NOTEBOOK_BYTES >> 20} MB")
-    raw = path.read_bytes()
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the JSON in ``raw`` nests, found without recursion (strings skipped)."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
+
+
+def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
+    """The code cells' sources and the notebook metadata from a notebook's bytes.
+
+    ValueError with a clear reason for anything that is not a notebook; every field used is
+    checked by type (a notebook is the student's to write).
+    """
+    if len(raw) > limits.max_notebook_bytes:
+        raise ValueError(f"the file is larger than {limits.max_notebook_bytes >> 20} MB")
     try:
-        notebook = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("not a notebook: the file is not UTF-8 text") from None
+    if json_depth(raw) > limits.max_json_depth:
+        raise ValueError(
+            f"not a valid notebook: its JSON nests more than {limits.max_json_depth} levels deep"
+        )
+    try:
+        notebook = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(
             f"not a valid notebook: broken JSON at line {error.lineno}, column {error.colno} "
             f"({error.msg}); was the file truncated or edited by hand?"
         ) from None
+    except (ValueError, RecursionError):
+        raise ValueError("not a valid notebook: unreadable JSON") from None
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise ValueError("not a notebook: no list of cells in the file")
     cells = []
     for cell in notebook["cells"]:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             source = cell.get("source", "")
-            if isinstance(source, list):
-                source = "".join(s for s in source if isinstance(s, str))
+            if isinstance(source, list) and all(isinstance(s, str) for s in source):
+                source = "".join(source)
             if not isinstance(source, str):
                 raise ValueError("not a valid notebook: a code cell's source is not text")
             cells.append(source)
-    metadata = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
+    metadata = notebook.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    declared = metadata.get("normlab")
+    # Only a well-formed declaration is used: {"normlab": {"lab": "03_layernorm"}}.
+    if isinstance(declared, dict) and isinstance(declared.get("lab"), str):
+        metadata = {"normlab": {"lab": declared["lab"]}}
+    else:
+        metadata = {}
     return cells, metadata
 
 
-def _cell_error_summary(errors: list[dict], limit: int = 3) -> str:
+def read_code_cells(path: Path, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
+    """The code cells' sources and the notebook metadata; ValueError with a clear reason."""
+    return parse_notebook(files.read_regular_file(path, limits.max_notebook_bytes), limits)
+
+
+def _cell_error_summary(errors: list, limit: int = 3) -> str:
     parts = []
     for error in errors[:limit]:
-        message = str(error.get("message", "")).strip()
-        where = f"code cell {int(error.get('cell', -1)) + 1}: {error.get('error_type')}"
+        message = error.message.strip()
+        where = f"code cell {error.cell + 1}: {error.error_type}"
         parts.append(f"{where}: {message}" if message else where)
     more = f" (+{len(errors) - limit} more)" if len(errors) > limit else ""
     return "; ".join(parts) + more
@@ -120,57 +172,70 @@ def _cell_error_summary(errors: list[dict], limit: int = 3) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """How each submission is run. Part of the cache key: change one, and everything regrades."""
+    """How each submission is run. Part of the cache key: change one, and everything regrades.
+
+    ``sandbox``: True (bubblewrap, or a usage error), False (processes), None (bubblewrap where
+    it runs). ``allow_root``: let learner code run as root where it cannot run as ``nobody``.
+    """
 
     timeout: float = DEFAULT_TIMEOUT
     memory_mb: int = DEFAULT_MEMORY_MB
-    bwrap: bool = False
-    hide: tuple[str, ...] = ()
-    fork: bool = True  # start submissions from a fork server (not with bwrap)
+    sandbox: bool | None = None
+    allow_root: bool = False
+    fork: bool = True  # start submissions from a fork server (not under bubblewrap)
+
+    @property
+    def limits(self) -> Limits:
+        return dataclasses.replace(DEFAULT, timeout=self.timeout, memory_mb=self.memory_mb)
 
 
-def grade_notebook(
-    path: Path, settings: Settings = Settings(), student: str | None = None, fork_server=None
+def _failed(shown, lab, student, error, isolation="", findings=()) -> SubmissionResult:
+    return SubmissionResult(
+        shown,
+        lab.stem if lab else None,
+        0,
+        lab.max_score if lab else 0,
+        error,
+        [],
+        student,
+        list(findings),
+        isolation,
+    )
+
+
+def grade_bytes(
+    raw: bytes,
+    path: Path,
+    settings: Settings,
+    isolation: Isolation,
+    student: str | None = None,
+    fork_server=None,
+    reaper: Reaper | None = None,
 ) -> SubmissionResult:
-    """Grade one notebook. Never raises for anything the notebook contains."""
+    """Grade the notebook whose bytes are ``raw`` (read once by the caller)."""
     shown = str(path)
     student = student if student is not None else student_of(path, None)
+    limits = settings.limits
     try:
-        cells, metadata = read_code_cells(path)
-    except (OSError, ValueError) as error:
+        cells, metadata = parse_notebook(raw, limits)
+    except ValueError as error:
         lab = lab_for_path(path)  # the file name may still say which lab it was meant for
-        return SubmissionResult(
-            shown,
-            lab.stem if lab else None,
-            0,
-            lab.max_score if lab else 0,
-            str(error),
-            [],
-            student,
-        )
+        return _failed(shown, lab, student, str(error), isolation.description)
     lab = lab_for_path(path, metadata)
     if lab is None:
-        return SubmissionResult(
+        return _failed(
             shown,
             None,
-            0,
-            0,
-            "cannot tell which lab this is: name the file after the lab (e.g. 03_layernorm.ipynb)",
-            [],
             student,
+            "cannot tell which lab this is: name the file after the lab (e.g. 03_layernorm.ipynb)",
+            isolation.description,
         )
-    with ChildSubmission(
-        cells,
-        lab.forbidden,
-        budget=settings.timeout,
-        memory_mb=settings.memory_mb,
-        bwrap=settings.bwrap,
-        hide=settings.hide,
-        fork_server=fork_server,
-    ) as submission:
+    forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
+    findings = trap.notebook_findings(cells, forbidden_names)
+    with ChildSubmission(cells, limits, isolation, fork_server, reaper) as submission:
         results = core.run_checks(lab, submission)
         error = None
-        internal = [r for r in results if r.message.startswith(core.INTERNAL_ERROR)]
+        internal = [r for r in results if r.internal]
         if internal:
             error = internal[0].message
         elif submission.dead_reason:
@@ -180,13 +245,53 @@ def grade_notebook(
                 error += f"\nlast output: {tail[-300:]}"
         else:
             # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook.
-            errors = [
-                e for e in submission.cell_errors if e.get("error_type") != "NotImplementedError"
-            ]
+            errors = [e for e in submission.cell_errors if e.error_type != "NotImplementedError"]
             if errors:
                 error = "some cells raised errors: " + _cell_error_summary(errors)
     score = sum(r.points for r in results)
-    return SubmissionResult(shown, lab.stem, score, lab.max_score, error, results, student)
+    return SubmissionResult(
+        shown,
+        lab.stem,
+        score,
+        lab.max_score,
+        error,
+        results,
+        student,
+        findings,
+        isolation.description,
+    )
+
+
+def grade_notebook(
+    path: Path,
+    settings: Settings = Settings(),
+    student: str | None = None,
+    fork_server=None,
+    isolation: Isolation | None = None,
+    reaper: Reaper | None = None,
+) -> SubmissionResult:
+    """Grade one notebook. Never raises for anything the notebook or its process does."""
+    isolation = isolation or choose_isolation(settings.sandbox, settings.allow_root)
+    student = student if student is not None else student_of(path, None)
+    try:
+        raw = files.read_regular_file(path, settings.limits.max_notebook_bytes)
+    except (OSError, ValueError) as error:
+        return _failed(str(path), lab_for_path(path), student, str(error), isolation.description)
+    return guarded(raw, path, settings, isolation, student, fork_server, reaper)
+
+
+def guarded(raw, path, settings, isolation, student, fork_server, reaper) -> SubmissionResult:
+    """The barrier around one submission: a bug it triggers costs it alone, with a clear error."""
+    try:
+        return grade_bytes(raw, path, settings, isolation, student, fork_server, reaper)
+    except Exception as error:  # noqa: BLE001 -- whatever happened, the run goes on
+        return _failed(
+            str(path),
+            lab_for_path(path),
+            student,
+            f"{core.INTERNAL_ERROR}: {type(error).__name__} while grading this notebook",
+            isolation.description,
+        )
 
 
 def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> str:
@@ -199,49 +304,49 @@ def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> 
     if extra_checks is not None:
         digest.update(Path(extra_checks).read_bytes())
     digest.update(json.dumps(dataclasses.asdict(settings), sort_keys=True).encode())
+    digest.update(json.dumps(dataclasses.asdict(settings.limits), sort_keys=True).encode())
     return digest.hexdigest()
 
 
 class ResultCache:
-    """Finished results keyed by path and content hash, saved atomically after each one."""
+    """Finished results keyed by the SHA-256 of the exact bytes graded, saved atomically.
+
+    Content-keyed: the same bytes give the same result whoever submitted them (the path and
+    student of a reused result are the entry's own). The file is written only by the grader,
+    from memory, after the submission's processes are dead; a damaged or altered file costs a
+    regrade, never a grade (every field is checked when it is read).
+    """
 
     def __init__(self, path: Path | None, fingerprint: str, force: bool = False):
         self.path, self.fingerprint = path, fingerprint
         self.lock = threading.Lock()
         self.entries: dict = {}
-        if path is not None and path.exists() and not force:
+        if path is not None and not force:
             try:
-                stored = json.loads(path.read_text(encoding="utf-8"))
-                if stored.get("fingerprint") == fingerprint:
-                    self.entries = dict(stored.get("results", {}))
-            except (OSError, ValueError, AttributeError):
+                stored = json.loads(files.read_regular_file(path, 1 << 30))
+                if isinstance(stored, dict) and stored.get("fingerprint") == fingerprint:
+                    results = stored.get("results")
+                    self.entries = dict(results) if isinstance(results, dict) else {}
+            except (OSError, ValueError, RecursionError):
                 self.entries = {}  # a damaged cache only costs a regrade
 
     @staticmethod
-    def content_hash(path: Path) -> str | None:
+    def content_hash(raw: bytes) -> str:
+        return hashlib.sha256(raw).hexdigest()
+
+    def get(self, digest: str, entry: Entry) -> SubmissionResult | None:
+        stored = self.entries.get(digest)
         try:
-            return hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
+            result = SubmissionResult.from_dict(stored["result"])
+        except Exception:  # noqa: BLE001 -- absent or malformed: grade it
             return None
+        return dataclasses.replace(result, path=str(entry.path), student=entry.student)
 
-    def get(self, entry: Entry) -> SubmissionResult | None:
-        stored = self.entries.get(str(entry.path))
-        digest = self.content_hash(entry.path)
-        if stored and digest and stored.get("sha256") == digest:
-            try:
-                return SubmissionResult.from_dict(stored["result"])
-            except (KeyError, TypeError):
-                return None
-        return None
-
-    def put(self, entry: Entry, result: SubmissionResult) -> None:
+    def put(self, digest: str, result: SubmissionResult) -> None:
         if self.path is None:
             return
         with self.lock:
-            self.entries[str(entry.path)] = {
-                "sha256": self.content_hash(entry.path),
-                "result": result.as_dict(),
-            }
+            self.entries[digest] = {"result": result.as_dict()}
             payload = {"fingerprint": self.fingerprint, "results": self.entries}
             write_atomically(self.path, json.dumps(payload, sort_keys=True, indent=1))
 
@@ -252,58 +357,67 @@ def grade_all(
     jobs: int = 1,
     cache: ResultCache | None = None,
     on_result: Callable[[SubmissionResult, bool], None] | None = None,
+    isolation: Isolation | None = None,
 ) -> list[SubmissionResult]:
     """Grade every entry (``jobs`` at a time), reusing cached results of unchanged notebooks.
 
     Returns the results in the order of ``entries``; ``on_result(result, reused)`` is called as
-    each one is ready (for a progress bar).
+    each one is ready (for a progress bar). Each notebook is read once; its bytes are hashed
+    (the cache key) and graded.
     """
-    results: dict[int, SubmissionResult] = {}
-    pending = []
-    for index, entry in enumerate(entries):
-        cached = cache.get(entry) if cache else None
-        if cached is not None:
-            results[index] = cached
-            if on_result:
-                on_result(cached, True)
-        else:
-            pending.append(index)
-
-    if jobs > 1 and pending:
+    isolation = isolation or choose_isolation(settings.sandbox, settings.allow_root)
+    if jobs > 1 and len(entries) > 1:
         # Import the oracle's library here, once, before worker threads need it: importing a
         # large native library from two threads at once is asking for a crash.
         try:
             import torch  # noqa: F401
         except ImportError:
             pass
+    results: dict[int, SubmissionResult] = {}
+    reaper = Reaper()
     with tempfile.TemporaryDirectory(prefix="normlab-fork-") as server_home:
         server = None
         # One notebook gains nothing from a server that first imports what it would import.
-        if settings.fork and not settings.bwrap and len(pending) > 1:
-            server = ForkServer(fork_server_environment(server_home))
+        if settings.fork and not isolation.sandbox and len(entries) > 1:
+            server = ForkServer(
+                fork_server_environment(server_home), reaper, settings.limits.fork_server_wait
+            )
 
-        def work(index: int) -> SubmissionResult:
+        def work(index: int) -> tuple[SubmissionResult, bool, str | None]:
             entry = entries[index]
-            return grade_notebook(entry.path, settings, entry.student, server)
+            try:
+                raw = files.read_regular_file(entry.path, settings.limits.max_notebook_bytes)
+            except (OSError, ValueError) as error:
+                lab = lab_for_path(entry.path)
+                failed = _failed(str(entry.path), lab, entry.student, str(error))
+                return dataclasses.replace(failed, isolation=isolation.description), False, None
+            digest = ResultCache.content_hash(raw)
+            cached = cache.get(digest, entry) if cache else None
+            if cached is not None:
+                return cached, True, None
+            result = guarded(raw, entry.path, settings, isolation, entry.student, server, reaper)
+            return result, False, digest
 
         try:
-            return _run_pool(entries, pending, results, work, jobs, cache, on_result)
+            return _run_pool(entries, results, work, jobs, cache, on_result)
         finally:
             if server is not None:
                 server.close()
+            reaper.sweep()
 
 
-def _run_pool(entries, pending, results, work, jobs, cache, on_result) -> list[SubmissionResult]:
+def _run_pool(entries, results, work, jobs, cache, on_result) -> list[SubmissionResult]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(work, index): index for index in pending}
+        futures = {pool.submit(work, index): index for index in range(len(entries))}
         try:
             for future in concurrent.futures.as_completed(futures):
                 index = futures[future]
-                results[index] = future.result()
-                if cache:
-                    cache.put(entries[index], results[index])
+                result, reused, digest = future.result()
+                results[index] = result
+                if cache and digest is not None:
+                    cache.put(digest, result)
                 if on_result:
-                    on_result(results[index], False)
+                    on_result(result, reused)
         except KeyboardInterrupt:
             pool.shutdown(wait=False, cancel_futures=True)
             raise

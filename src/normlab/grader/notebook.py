@@ -14,9 +14,9 @@ import types
 import warnings
 
 from normlab.grader import core, report
+from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
 from normlab.grader.trap import forbidden_calls, scan_source
-from normlab.grader.worker import encode_result
 
 
 def _copy(value):

@@ -74,6 +74,10 @@ class SubmissionResult:
     error: str | None
     checks: list[CheckResult]
     student: str | None = None
+    #: indirection found in the notebook's source, for the instructor to review (not a score)
+    findings: list[str] = dataclasses.field(default_factory=list)
+    #: how the submission was run (sandbox or processes, and as which user)
+    isolation: str | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -84,11 +88,16 @@ class SubmissionResult:
             "max_score": self.max_score,
             "error": self.error,
             "checks": [c.as_dict() for c in self.checks],
+            "findings": list(self.findings),
+            "isolation": self.isolation,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> SubmissionResult:
         checks = [CheckResult(**check) for check in data["checks"]]
+        findings = data.get("findings", [])
+        if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
+            raise TypeError("findings is not a list of text")
         return cls(
             data["path"],
             data["lab"],
@@ -97,6 +106,8 @@ class SubmissionResult:
             data["error"],
             checks,
             data.get("student"),
+            findings,
+            data.get("isolation"),
         )
 
 
@@ -122,7 +133,8 @@ def to_json(results: list[SubmissionResult]) -> str:
 def to_csv(results: list[SubmissionResult]) -> str:
     """The gradebook: one row per submission, one column per check (points earned).
 
-    Columns: student, lab, score, max_score, error, path, then the checks in course order. When
+    Columns: student, lab, score, max_score, error, path, then the checks in course order, then
+    findings (indirection for the instructor to review, ``; ``-separated) and isolation. When
     several labs are graded together, a check's column is prefixed with its lab.
     """
     labs = {r.lab for r in results if r.lab}
@@ -134,7 +146,9 @@ def to_csv(results: list[SubmissionResult]) -> str:
                 columns.append(column)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["student", "lab", "score", "max_score", "error", "path", *columns])
+    writer.writerow(
+        ["student", "lab", "score", "max_score", "error", "path", *columns, "findings", "isolation"]
+    )
     for result in sorted(results, key=lambda r: (r.student or "", r.lab or "", r.path)):
         points = {
             (f"{result.lab}: {c.name}" if len(labs) > 1 else c.name): c.points
@@ -151,6 +165,7 @@ def to_csv(results: list[SubmissionResult]) -> str:
                 result.path,
             ]
             + [points.get(column, "") for column in columns]
+            + ["; ".join(result.findings), result.isolation or ""]
         )
     return buffer.getvalue()
 
@@ -161,6 +176,9 @@ def feedback_markdown(result: SubmissionResult) -> str:
     lines = [f"# {title}", "", f"**Score: {result.score} / {result.max_score}**", ""]
     if result.error:
         lines += ["**Problem running the notebook:**", "", "```", result.error, "```", ""]
+    if result.findings:
+        lines += ["**For the instructor to review (from-scratch rule):**", ""]
+        lines += [f"- {finding}" for finding in result.findings] + [""]
     for check in result.checks:
         mark = PASS if check.passed else FAIL
         lines.append(f"- {mark} {check.name} — {check.points}/{check.max_points}")
@@ -177,6 +195,9 @@ def feedback_html(result: SubmissionResult) -> str:
     error = ""
     if result.error:
         error = f"<p><b>Problem running the notebook:</b></p><pre>{html.escape(result.error)}</pre>"
+    if result.findings:
+        items = "".join(f"<li>{html.escape(f)}</li>" for f in result.findings)
+        error += f"<p><b>For the instructor to review (from-scratch rule):</b></p><ul>{items}</ul>"
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
         f"<body><h1>{title}</h1><p><b>Score: {result.score} / {result.max_score}</b></p>"

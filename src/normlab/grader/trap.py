@@ -1,12 +1,14 @@
 """From scratch means from scratch: find library norms in a learner's function.
 
-Two detectors, because each misses what the other sees:
-
 * ``scan_source`` reads the code (AST) of the graded function and of every notebook function it
-  calls, and reports uses such as ``F.layer_norm(...)`` or ``nn.LayerNorm(d)``. It never runs the
-  code, so the grader can use it on a submission it does not trust.
-* ``forbidden_calls`` is a run-time trap: while the learner's function runs, the library
-  functions are wrapped so that any call is recorded (``getattr`` tricks included).
+  calls, and reports uses such as ``F.layer_norm(...)`` or ``nn.LayerNorm(d)``, resolved through
+  imports, aliases and default arguments. It never runs the code: ``normlab grade`` uses it in
+  its own process, on the notebook's source, and a use costs the check its points.
+* ``notebook_findings`` looks at the whole notebook for indirection that a static scan cannot
+  see through (``exec``, computed ``getattr`` on a library, ``torch.ops``, reading
+  ``solutions/``, ...): named findings for the instructor, in the feedback and the gradebook.
+* ``forbidden_calls`` is a run-time trap for door 1 only (the in-notebook ``check()``, which is
+  advisory): it runs inside the learner's process, so ``normlab grade`` never believes it.
 """
 
 from __future__ import annotations
@@ -22,38 +24,118 @@ def _last(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _top_level_functions(sources: Iterable[str]) -> dict[str, ast.AST]:
-    """name -> the last top-level ``def`` of that name (cells run in order, later wins)."""
-    functions: dict[str, ast.AST] = {}
-    for source in sources:
+# Names that mean a library module unless the notebook binds them to something else.
+CONVENTIONAL = {"torch": "torch", "F": "torch.nn.functional", "nn": "torch.nn"}
+LIBRARY_ROOTS = ("torch", "functorch")
+
+
+def _parse_all(sources: Iterable[str]) -> list[tuple[int, ast.Module]]:
+    trees = []
+    for index, source in enumerate(sources):
         try:
-            tree = ast.parse(source)
-        except SyntaxError:
+            trees.append((index, ast.parse(source)))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+    return trees
+
+
+def _top_level_functions(trees) -> dict[str, ast.AST]:
+    """name -> the last top-level ``def``/``class`` of that name (cells run in order)."""
+    functions: dict[str, ast.AST] = {}
+    for _, tree in trees:
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 functions[node.name] = node
     return functions
 
 
-def _imported_aliases(sources: Iterable[str], suffixes: set[str]) -> set[str]:
-    """Local names bound by ``from torch... import layer_norm [as ln]`` to a forbidden name."""
-    aliases = set()
-    for source in sources:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    if alias.name in suffixes:
-                        aliases.add(alias.asname or alias.name)
-    return aliases
+class _Bindings:
+    """Which names of the notebook stand for library objects, as dotted paths.
+
+    Built from imports (``import torch.nn.functional as F``, ``from torch import autograd``)
+    and from every assignment or default argument whose value is such a path
+    (``ln = F.layer_norm``, ``def f(x, grad=torch.autograd.grad)``): binding a library norm to
+    another name does not hide it.
+    """
+
+    def __init__(self, trees):
+        self.names = dict(CONVENTIONAL)
+        for _ in range(3):  # aliases of aliases
+            for _, tree in trees:
+                for node in ast.walk(tree):
+                    self._bind(node)
+
+    def _bind(self, node) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self.names[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    self.names[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                self.names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Assign):
+            path = self.path(node.value)
+            if path:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.names[target.id] = path
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            arguments = node.args
+            positional = arguments.posonlyargs + arguments.args
+            pairs = list(
+                zip(
+                    positional[len(positional) - len(arguments.defaults) :],
+                    arguments.defaults,
+                    strict=True,
+                )
+            )
+            pairs += [
+                (a, d)
+                for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+                if d
+            ]
+            for argument, default in pairs:
+                path = self.path(default)
+                if path:
+                    self.names[argument.arg] = path
+
+    def path(self, node) -> str | None:
+        """The library path an expression names (``F.layer_norm`` -> ``torch.nn...``), or None."""
+        parts = []
+        while True:
+            if isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
+                parts.append(node.args[1].value)
+                node = node.args[0]
+            else:
+                break
+        if not isinstance(node, ast.Name) or node.id not in self.names:
+            return None
+        path = ".".join([self.names[node.id], *reversed(parts)])
+        return path if path.split(".")[0] in LIBRARY_ROOTS else None
 
 
 def scan_source(sources: list[str], function_name: str, forbidden: list[str]) -> list[str]:
     """Library calls from ``forbidden`` reachable from ``function_name`` in the notebook's code.
+
+    A use counts when an expression *resolves* to a library path ending in a forbidden name:
+    ``F.layer_norm``, ``ln`` after ``from torch.nn.functional import layer_norm as ln`` or
+    ``ln = F.layer_norm``, a default argument bound to it, ``getattr(F, "group_norm")``,
+    ``torch.Tensor.backward``. An attribute *name* alone is not evidence: a learner's own
+    ``self.ln.backward(...)`` or ``ctx.grad`` is their code. ``requires_grad`` in code that must
+    not use autograd counts too (no hand-written backward needs it).
 
     Args:
         sources: the notebook's code cells, in order.
@@ -66,9 +148,15 @@ def scan_source(sources: list[str], function_name: str, forbidden: list[str]) ->
     if not forbidden:
         return []
     suffixes = {_last(name) for name in forbidden}
-    functions = _top_level_functions(sources)
-    aliases = _imported_aliases(sources, suffixes)
+    autograd = any(_last(name) in ("grad", "backward") for name in forbidden)
+    trees = _parse_all(sources)
+    functions = _top_level_functions(trees)
+    bindings = _Bindings(trees)
     found: list[str] = []
+    # ``y.backward()``/``x.grad`` name the learner's own objects unless autograd is otherwise
+    # in evidence (``requires_grad``, a library path): then they are named with it.
+    methods: list[str] = []
+    autograd_seen = False
     seen_functions: set[str] = set()
     pending = [function_name]
     while pending:
@@ -78,20 +166,153 @@ def scan_source(sources: list[str], function_name: str, forbidden: list[str]) ->
         seen_functions.add(name)
         for node in ast.walk(functions[name]):
             hit = None
-            if isinstance(node, ast.Attribute) and node.attr in suffixes:
-                hit = ast.unparse(node)
-            elif isinstance(node, ast.Name):
-                if node.id in aliases:
-                    hit = node.id
-                elif node.id in functions:
-                    pending.append(node.id)
+            if isinstance(node, (ast.Attribute, ast.Call, ast.Name)):
+                path = bindings.path(node)
+                if path and _last(path) in suffixes:
+                    hit = ast.unparse(node)
+                elif (
+                    autograd
+                    and isinstance(node, ast.Attribute)
+                    and node.attr
+                    in (
+                        "requires_grad",
+                        "requires_grad_",
+                    )
+                ):
+                    hit = ast.unparse(node)
+            if isinstance(node, ast.keyword) and autograd and node.arg == "requires_grad":
+                hit = "requires_grad="
+            if (
+                hit
+                and "requires_grad" in hit
+                or (hit and autograd and _last(hit) in ("grad", "backward"))
+            ):
+                autograd_seen = True
+            if (
+                not hit
+                and autograd
+                and isinstance(node, ast.Attribute)
+                and node.attr in ("backward", "grad")
+                and ast.unparse(node) not in methods
+            ):
+                methods.append(ast.unparse(node))
+            if isinstance(node, ast.Name) and node.id in functions:
+                pending.append(node.id)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     if _last(alias.name) in suffixes:
                         hit = alias.name
             if hit and hit not in found:
                 found.append(hit)
+    if autograd_seen:
+        found += [method for method in methods if method not in found]
     return found
+
+
+# ----------------------------------------------------------------------------- whole notebook
+
+DYNAMIC_CODE = {"exec", "eval", "compile", "__import__"}
+PRIVATE_LIBRARY = ("torch.ops", "torch._C", "torch.func", "torch._", "functorch")
+MAX_FINDINGS = 20
+
+
+def notebook_findings(sources: list[str], forbidden_names: Iterable[str]) -> list[str]:
+    """Indirection anywhere in the notebook, for the instructor to review (not a score).
+
+    Each finding names what was seen and where: code built at run time
+    (``exec``/``eval``/``compile``/``__import__``, ``importlib``), attributes looked up with a
+    computed name on a library (``getattr(torch, name)``, ``vars(F)``, ``sys.modules``),
+    private or functional entry points of PyTorch (``torch.ops``, ``torch._C``,
+    ``torch.func``), reading notebooks or ``solutions/``, and library norms or autograd bound to
+    another name at module level or as a default argument. Static and made in the grader's
+    process from the notebook's source: the submission cannot change what is found.
+    """
+    suffixes = {_last(name) for name in forbidden_names}
+    found: list[str] = []
+
+    def add(kind: str, cell: int, node) -> None:
+        text = f"{kind} (code cell {cell + 1}, line {getattr(node, 'lineno', 0)})"
+        if text not in found and len(found) < MAX_FINDINGS:
+            found.append(text)
+
+    for index, source in enumerate(sources):
+        if isinstance(source, str) and ast_unparsable(source):
+            add("a cell too large or deep to analyse", index, None)
+    trees = _parse_all(sources)
+    bindings = _Bindings(trees)
+    for cell, tree in trees:
+        module_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in DYNAMIC_CODE:
+                add(f"dynamic code: {node.id}", cell, node)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if any(m.split(".")[0] == "importlib" for m in modules):
+                    add("dynamic import: importlib", cell, node)
+                for module in modules:
+                    full = [f"{module}.{a.name}" for a in node.names] + [module]
+                    if any(p.startswith(PRIVATE_LIBRARY) for p in full if p):
+                        add(f"PyTorch internals: {module}", cell, node)
+                        break
+            elif isinstance(node, ast.Attribute):
+                path = bindings.path(node)
+                if path and path.startswith(PRIVATE_LIBRARY):
+                    add(f"PyTorch internals: {ast.unparse(node)}", cell, node)
+                if node.attr == "modules" and isinstance(node.value, ast.Name):
+                    if node.value.id == "sys":
+                        add("module table: sys.modules", cell, node)
+                if node.attr == "__dict__" and bindings.path(node.value):
+                    add(f"computed lookup: {ast.unparse(node)}", cell, node)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id in ("getattr", "vars") and node.args:
+                    constant = (
+                        len(node.args) >= 2
+                        and isinstance(node.args[1], ast.Constant)
+                        and isinstance(node.args[1].value, str)
+                    )
+                    target = bindings.path(node.args[0])
+                    if target and not constant:
+                        add(
+                            f"computed lookup: {node.func.id}({ast.unparse(node.args[0])}, ...)",
+                            cell,
+                            node,
+                        )
+                    elif target and constant and _last(node.args[1].value) in suffixes:
+                        add(f"library norm by name: {ast.unparse(node)[:80]}", cell, node)
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                text = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+                if ".ipynb" in text or "solutions" in text:
+                    add("reads notebooks or solutions/", cell, node)
+            if isinstance(node, ast.Assign) and id(node) in module_level:
+                path = bindings.path(node.value)
+                if path and _last(path) in suffixes:
+                    add(
+                        f"library norm or autograd bound to a name: {ast.unparse(node)[:80]}",
+                        cell,
+                        node,
+                    )
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                defaults = node.args.defaults + [d for d in node.args.kw_defaults if d]
+                for default in defaults:
+                    path = bindings.path(default)
+                    if path and _last(path) in suffixes:
+                        add(
+                            f"library norm or autograd as a default argument: {ast.unparse(default)[:60]}",
+                            cell,
+                            node,
+                        )
+    return found
+
+
+def ast_unparsable(source: str) -> bool:
+    """True when a cell cannot be analysed (nested too deeply for the parser)."""
+    try:
+        ast.parse(source)
+    except (RecursionError, MemoryError, ValueError):
+        return True
+    except SyntaxError:
+        return False
+    return False
 
 
 def _resolve(dotted: str):

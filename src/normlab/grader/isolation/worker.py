@@ -5,13 +5,18 @@ with these arrays, or read a variable. It never compares or scores anything: the
 that with its own copy of the inputs. Everything it sends back is arrays (``.npy`` bytes) and a
 small JSON header, over a pipe that the learner's ``print`` cannot reach.
 
+It reports nothing about itself that the grader believes: which names exist and what a call
+returned are checked by type in the parent, compared there, and "from scratch" is established
+from the notebook's source, never from here.
+
 Usage (by the grader only)::
 
-    python -m normlab.grader.worker REQUEST_FD REPLY_FD MEMORY_MB CPU_SECONDS
+    python -m normlab.grader.isolation.worker REQUEST_FD REPLY_FD LIMITS_JSON
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -19,17 +24,31 @@ import sys
 import traceback
 
 CELL_MARKER = "<notebook cell {index}>"
-MAX_FILE_BYTES = 64 << 20  # a submission may write at most 64 MiB to any one file
-MAX_PROCESSES = 512  # processes and threads of the unprivileged grading user, all workers together
+PRELOAD = ("numpy", "torch", "matplotlib.pyplot")
 
 
-def apply_limits(memory_mb: int, cpu_seconds: int) -> None:
-    """Limit this process before any learner code runs: memory, CPU time, file size, core dumps."""
+def processes_of_this_user() -> int:
+    uid, count = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+def apply_limits(limits: dict) -> None:
+    """Limit this process before any learner code runs: memory, CPU time, file size, core
+    dumps, and processes (on top of what this user already runs: the limit counts them all)."""
+    processes = limits["max_processes"] + (processes_of_this_user() if os.getuid() else 0)
     limits = [
-        (resource.RLIMIT_AS, memory_mb << 20),
-        (resource.RLIMIT_CPU, cpu_seconds),
-        (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
+        (resource.RLIMIT_AS, limits["memory_mb"] << 20),
+        (resource.RLIMIT_CPU, limits["cpu_seconds"]),
+        (resource.RLIMIT_FSIZE, limits["max_file_bytes"]),
         (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NPROC, processes),
     ]
     for which, value in limits:
         soft, hard = resource.getrlimit(which)
@@ -118,87 +137,12 @@ def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> lis
     return errors
 
 
-def to_arrays(value) -> tuple[dict, object]:
-    """Describe one returned value and turn it into an array the wire can carry (or None)."""
-    import numpy as np
-
-    kind = type(value).__name__
-    if isinstance(value, np.ndarray):
-        kind, array = "ndarray", value
-    elif type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        kind = "tensor"
-        tensor = value.detach().cpu()
-        if str(tensor.dtype) in ("torch.bfloat16",):
-            tensor = tensor.float()
-        array = tensor.numpy()
-    elif value is None:
-        return {"kind": "none"}, None
-    elif isinstance(value, str):
-        kind, array = "str", np.asarray(value)
-    elif isinstance(value, (bool, int, float, complex, np.generic)):
-        kind, array = "scalar", np.asarray(value)
-    elif isinstance(value, (list, tuple)):
-        kind = "list"
-        try:
-            array = np.asarray(value)
-        except Exception:
-            return {"kind": kind, "unsendable": "a list that is not a regular array"}, None
-    else:
-        return {"kind": kind, "unsendable": f"an object of type {kind}"}, None
-    if array.dtype.hasobject:
-        return {"kind": kind, "unsendable": "an array of Python objects"}, None
-    return {"kind": kind, "dtype": str(array.dtype), "shape": list(array.shape)}, array
-
-
-def encode_result(result, read_back: list = ()) -> tuple[dict, list]:
-    """A function's return value -> (header, arrays). Tuples become several items.
-
-    ``read_back``: arguments to send back as the call left them (header ``read_back``).
-    """
-    is_tuple = isinstance(result, tuple)
-    values = list(result) if is_tuple else [result]
-    arrays: list = []
-
-    def encode(value) -> dict:
-        item, array = to_arrays(value)
-        if array is not None:
-            item["array"] = len(arrays)
-            arrays.append(array)
-        return item
-
-    header = {"ok": True, "tuple": is_tuple, "items": [encode(v) for v in values]}
-    if read_back:
-        header["read_back"] = [encode(v) for v in read_back]
-    return header, arrays
-
-
-def decode_args(specs: list, arrays: list, read_back: list | None = None):
-    """Arguments from the wire: arrays (as NumPy or torch) and plain JSON values.
-
-    Arrays marked ``read_back`` are also appended to ``read_back``: they are sent back after the
-    call, as the function left them.
-    """
-    decoded = []
-    for spec in specs:
-        if "array" in spec:
-            array = arrays[spec["array"]].copy()
-            if spec.get("as") == "torch":
-                import torch
-
-                array = torch.from_numpy(array)
-            if spec.get("read_back") and read_back is not None:
-                read_back.append(array)
-            decoded.append(array)
-        else:
-            value = spec["value"]
-            # Sequences travel as JSON lists; a learner's code expects axes as a tuple.
-            decoded.append(tuple(value) if isinstance(value, list) else value)
-    return decoded
-
-
 def serve(request_fd: int, reply_fd: int) -> None:
-    from normlab.grader import protocol
-    from normlab.grader.trap import forbidden_calls
+    from normlab.grader.isolation import wire
+    from normlab.grader.isolation.limits import Limits
+
+    # The grader is trusted: its requests carry the notebook's cells (up to the notebook limit).
+    incoming = Limits(max_header_bytes=1 << 30, max_reply_bytes=1 << 34, max_arrays=1 << 10)
 
     def forget_channel():
         # A process forked by the notebook must not talk to the grader: only this one does.
@@ -210,45 +154,53 @@ def serve(request_fd: int, reply_fd: int) -> None:
 
     os.register_at_fork(after_in_child=forget_channel)
 
-    read = protocol.blocking_reader(request_fd)
+    # Start-up is the grader's time, not the submission's: import what notebooks import (as the
+    # fork server has already done), then say so; the submission's budget starts now.
+    for library in PRELOAD:
+        try:
+            __import__(library)
+        except Exception:  # a missing optional library only costs its import later
+            pass
+    wire.send(reply_fd, {"ready": True})
+    read = wire.blocking_reader(request_fd)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
-    forbidden: dict = {}
     while True:
         try:
-            header, arrays = protocol.recv(read)
+            header, arrays = wire.recv(read, incoming)
         except EOFError:
             return
         op = header.get("op")
         if op == "load":
-            forbidden = header.get("forbidden", {})
-            errors = execute_cells(header["cells"], namespace, header["cell_timeout"])
-            names = sorted(k for k in namespace if not k.startswith("_"))
-            protocol.send(reply_fd, {"ok": True, "names": names, "cell_errors": errors})
+            cells = wire.cells_of_load_request(arrays)
+            errors = execute_cells(cells, namespace, header["cell_timeout"])
+            names = sorted(k for k in namespace if isinstance(k, str) and not k.startswith("_"))
+            wire.send(reply_fd, {"ok": True, "names": names, "cell_errors": errors})
         elif op in ("call", "get"):
             name = header["name"]
             if name not in namespace:
-                protocol.send(reply_fd, {"ok": False, "error_type": "Missing", "message": name})
+                wire.send(
+                    reply_fd,
+                    {"ok": False, "error_type": "Missing", "message": name, "traceback": ""},
+                )
                 continue
-            hits: list[str] = []
+            read_back: list = []
             try:
-                read_back: list = []
                 if op == "get":
                     result = namespace[name]
                 else:
-                    args = decode_args(header.get("args", []), arrays, read_back)
-                    values = decode_args(header.get("kwargs", []), arrays, read_back)
+                    args = wire.decode_args(header.get("args", []), arrays, read_back)
+                    values = wire.decode_args(header.get("kwargs", []), arrays, read_back)
                     kwargs = dict(zip(header.get("kwarg_names", []), values, strict=True))
-                    with forbidden_calls(forbidden.get(name, []), hits):
-                        result = run_with_timeout(
-                            header["timeout"], namespace[name], *args, **kwargs
-                        )
-                reply, out = encode_result(result, read_back)
-                reply["forbidden_used"] = hits
+                    result = run_with_timeout(header["timeout"], namespace[name], *args, **kwargs)
+                reply, out = wire.encode_result(result, read_back)
             except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
-                reply, out = {"ok": False, **describe_error(error), "forbidden_used": hits}, []
-            protocol.send(reply_fd, reply, out)
+                reply, out = {"ok": False, **describe_error(error)}, []
+            wire.send(reply_fd, reply, out)
         else:
-            protocol.send(reply_fd, {"ok": False, "error_type": "Protocol", "message": str(op)})
+            wire.send(
+                reply_fd,
+                {"ok": False, "error_type": "Protocol", "message": str(op), "traceback": ""},
+            )
 
 
 def run_under_nanny() -> None:
@@ -289,20 +241,19 @@ def drop_privileges() -> None:
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
-    # Bounded fork bombs: the limit only binds an unprivileged user.
-    resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    if os.getuid() == 0 or os.geteuid() == 0:
+        os._exit(72)  # never run learner code as root by accident
 
 
 def main(argv: list[str]) -> None:
-    request_fd, reply_fd, memory_mb, cpu_seconds = (int(a) for a in argv[1:5])
-    run_submission(request_fd, reply_fd, memory_mb, cpu_seconds)
+    run_submission(int(argv[1]), int(argv[2]), json.loads(argv[3]))
 
 
-def run_submission(request_fd: int, reply_fd: int, memory_mb: int, cpu_seconds: int) -> None:
+def run_submission(request_fd: int, reply_fd: int, limits: dict) -> None:
     """Become the submission's process: nanny, unprivileged user, limits, then serve. Never returns."""
     run_under_nanny()
     drop_privileges()
-    apply_limits(memory_mb, cpu_seconds)
+    apply_limits(limits)
     signal.signal(signal.SIGALRM, _on_alarm)
     os.environ["NORMLAB_GRADING"] = "1"
     # The learner's notebook sees an ordinary interpreter: no grader modules on sys.path beyond

@@ -1,0 +1,303 @@
+"""A fork server: fresh submission processes in milliseconds instead of seconds.
+
+Importing NumPy and PyTorch costs a new interpreter about 1.5 s of CPU; the checks take
+milliseconds. The fork server is started once per grading run, imports those libraries (and
+nothing of the grader's state: no labs, no results, no inputs), and forks a child for each
+submission. The child starts its own session, takes the pipes the grader passed it, and becomes
+a worker exactly as ``python -m normlab.grader.isolation.worker`` would (nanny, unprivileged
+user, limits), so isolation is the same; only the start-up is shared, copy-on-write.
+
+The server is a subreaper: a process a submission double-forks away from its session is adopted
+here when its parent dies, and killed (``processes.Reaper``). The grader kills a submission's
+whole session when it ends (``{"end": PID}``). A server that does not answer in
+``Limits.fork_server_wait`` seconds (stopped, killed, stuck) is killed and replaced; the
+children it had already forked are then adopted by the grader, which tracks their sessions too.
+
+Protocol on the grader's Unix socket: the grader sends a JSON request with three file
+descriptors (request pipe, reply pipe, log file); the server answers ``{"pid": N}``, and later
+``{"exited": N, "status": S}`` when that child ends (S as ``subprocess`` reports it: negative for
+a signal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from normlab.grader.isolation import processes
+from normlab.grader.isolation.worker import PRELOAD
+
+
+def _preload() -> None:
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception:  # a missing optional library only costs its import later
+            pass
+
+
+def _serve(sock: socket.socket) -> None:
+    from normlab.grader.isolation.worker import run_submission
+
+    reaper = processes.Reaper()
+    children: set[int] = set()
+    last_sweep = time.monotonic()
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                sock.sendall(json.dumps({"exited": pid, "status": code}).encode() + b"\n")
+        if time.monotonic() - last_sweep > 0.5:
+            reaper.sweep()
+            last_sweep = time.monotonic()
+        if not readable:
+            continue
+        message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+        if not message:
+            return  # the grader is gone
+        request = json.loads(message)
+        if "end" in request:
+            # A submission ended: every process of its session dies, then its strays.
+            reaper.forget(-1, request["end"])
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                os.setsid()
+                request_fd, reply_fd, log_fd = fds
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.close(log_fd)
+                os.chdir(request["workdir"])
+                os.environ.clear()
+                os.environ.update(request["env"])
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                run_submission(request_fd, reply_fd, request["limits"])
+            finally:
+                os._exit(71)
+        for fd in fds:
+            os.close(fd)
+        children.add(pid)
+        reaper.track(pid, session=pid)  # the child's first act is setsid: session id = pid
+        sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    processes.become_subreaper()
+    _preload()
+    sock.sendall(b'{"ready": true}\n')
+    _serve(sock)
+
+
+class ForkedProcess:
+    """The grader's handle on a forked child: the parts of ``subprocess.Popen`` the sandbox uses."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        status = self.server.wait_for(self.pid, timeout)
+        if status is None:
+            status = self._wait_adopted(timeout)
+        if status is None:
+            raise subprocess.TimeoutExpired("forked worker", timeout)
+        self.returncode = status
+        return status
+
+    def _wait_adopted(self, timeout: float | None) -> int | None:
+        """After the server died, its children are the grader's (a subreaper): wait directly."""
+        if self.server.alive():
+            return None
+        deadline = time.monotonic() + (timeout or 0)
+        while True:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    def end(self) -> None:
+        self.server.end(self.pid)
+
+
+class ForkServer:
+    """Starts the server on first use and restarts it if it dies; safe to share between threads."""
+
+    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float):
+        self.environment = environment
+        self.reaper, self.wait = reaper, wait
+        self.generation = 0
+        self.lock = threading.Lock()
+        self.statuses: dict[int, int] = {}
+        self.changed = threading.Condition()
+        self.process: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.replies: list[dict] = []
+
+    def _start(self) -> None:
+        # SEQPACKET: one message per request, whatever follows it.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with self.reaper.lock:  # tracked before the reaper can take it for an orphan
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-m",
+                    "normlab.grader.isolation.forkserver",
+                    str(theirs.fileno()),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=self.environment,
+                cwd="/",
+                start_new_session=True,
+            )
+            self.reaper.track(self.process.pid)
+        theirs.close()
+        self.sock = ours
+        ours.settimeout(60)  # importing PyTorch on a loaded machine
+        reader = ours.makefile("rb")
+        try:
+            ready = reader.readline()
+        except OSError:
+            ready = b""
+        ours.settimeout(None)
+        if b"ready" not in ready:
+            self._discard()
+            raise OSError("the fork server did not start")
+        self.generation += 1
+        with self.changed:
+            self.replies = []
+        threading.Thread(target=self._read, args=(reader, self.generation), daemon=True).start()
+
+    def _read(self, reader, generation: int) -> None:
+        try:
+            for line in reader:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    break
+                if not isinstance(message, dict):
+                    break
+                with self.changed:
+                    exited, status = message.get("exited"), message.get("status")
+                    if type(exited) is int and type(status) is int:
+                        self.statuses[exited] = status
+                    elif generation == self.generation:  # not a reply of a replaced server
+                        self.replies.append(message)
+                    self.changed.notify_all()
+        except (OSError, ValueError):
+            pass
+        if generation != self.generation:
+            return
+        with self.changed:  # the server died: nobody will report these children any more
+            self.replies.append({"dead": True})
+            self.changed.notify_all()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _discard(self) -> None:
+        """Kill a server that failed (stopped, stuck, dead); the next spawn starts a new one."""
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.reaper.forget(self.process.pid)
+            self.process = None
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+    def spawn(self, workdir: str, env: dict, fds: tuple[int, int, int], limits: dict):
+        """A fresh child for one submission, or OSError (then the caller starts an interpreter).
+
+        A server that does not answer within ``wait`` seconds is replaced: the time is the
+        grader's, not the submission's (its budget starts when it has a process).
+        """
+        with self.lock:
+            if not self.alive():
+                self._discard()
+                self._start()
+            request = {"workdir": workdir, "env": env, "limits": limits}
+            with self.changed:
+                self.replies.clear()
+            try:
+                self.sock.settimeout(self.wait)
+                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+                self.sock.settimeout(None)
+            except OSError:
+                self._discard()
+                raise
+            with self.changed:
+                if not self.changed.wait_for(lambda: self.replies, timeout=self.wait):
+                    reply = {}
+                else:
+                    reply = self.replies.pop(0)
+            if type(reply.get("pid")) is not int:
+                self._discard()
+                raise OSError("the fork server did not answer")
+            # Its session (id = pid) is a running submission's, wherever its processes end up.
+            self.reaper.track(reply["pid"], session=reply["pid"])
+            return ForkedProcess(self, reply["pid"])
+
+    def end(self, pid: int) -> None:
+        """The submission of child ``pid`` is over: its whole session dies, here and there."""
+        processes.kill_session(pid)
+        with self.lock:
+            if self.alive() and self.sock is not None:
+                try:
+                    self.sock.settimeout(self.wait)
+                    self.sock.sendall(json.dumps({"end": pid}).encode())
+                    self.sock.settimeout(None)
+                except OSError:
+                    self._discard()
+        self.reaper.forget(pid, session=pid)
+
+    def wait_for(self, pid: int, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.changed:
+            while pid not in self.statuses:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                if not self.alive():
+                    return None
+                self.changed.wait(min(remaining, 0.2) if remaining is not None else 0.2)
+            return self.statuses.pop(pid)
+
+    def close(self) -> None:
+        with self.lock:
+            self._discard()
+        self.reaper.sweep()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Every limit of ``normlab grade`` in one object.
+
+The command line changes a few of them (``--timeout``, ``--memory``); the rest are fixed here
+and only here. ``docs/grading.md`` shows them in a table that a test compares with this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MiB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one submission may use. Part of the cache key: change one and everything regrades."""
+
+    #: wall seconds for the whole submission (loading, calls, restarts); ``--timeout``
+    timeout: float = 60.0
+    #: address space of the submission's process, in MiB; ``--memory``
+    memory_mb: int = 3072
+    #: wall seconds for one call of a learner's function
+    call_timeout: float = 5.0
+    #: share of the budget one notebook cell may use (and at least ``min_cell_timeout``)
+    cell_timeout_share: float = 0.25
+    min_cell_timeout: float = 5.0
+    #: CPU seconds beyond the wall budget (the CPU limit is budget + this)
+    cpu_slack: int = 5
+    #: times a dead child is restarted for the remaining checks
+    max_restarts: int = 2
+    #: bytes of any one file the submission writes
+    max_file_bytes: int = 64 * MiB
+    #: processes and threads of the submission's user (when it runs as its own user)
+    max_processes: int = 256
+    #: size of the sandbox's private /tmp and working directory (counted in the memory limit)
+    tmp_mb: int = 256
+    #: size of a notebook file; a larger one is rejected before it is read
+    max_notebook_bytes: int = 16 * MiB
+    #: nesting depth of a notebook's JSON
+    max_json_depth: int = 100
+    #: JSON header of one reply from the child
+    max_header_bytes: int = 1 * MiB
+    #: arrays in one reply
+    max_arrays: int = 64
+    #: all the arrays of one reply together (bounded parent memory per reply)
+    max_reply_bytes: int = 256 * MiB
+    #: seconds to wait for the fork server to hand out a child before replacing it
+    fork_server_wait: float = 10.0
+    #: seconds a new child may take to start (imports) before it runs any learner code
+    startup_wait: float = 300.0
+
+    def cell_timeout(self, remaining: float) -> float:
+        return max(self.min_cell_timeout, self.cell_timeout_share * remaining)
+
+    def cpu_seconds(self, remaining: float) -> int:
+        return max(self.cpu_slack, int(remaining) + self.cpu_slack)
+
+
+DEFAULT = Limits()

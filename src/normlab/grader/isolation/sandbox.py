@@ -1,0 +1,574 @@
+"""The parent's side of the boundary: run one submission in a child process and call into it.
+
+Two modes (``docs/grading.md`` states what each enforces and what it does not):
+
+* **bubblewrap** (the default where ``bwrap`` runs): a new interpreter in a sandbox that shows
+  only the interpreter, its libraries and the course package, read-only; the working folder and
+  ``/tmp`` are one size-limited private tmpfs; no network; its own PID namespace (every process
+  dies with it); never root (the child becomes ``nobody`` when the grader is root).
+* **processes**: a child forked from the fork server (or a fresh interpreter) in a private folder,
+  with the same limits; as root it runs as ``nobody``, or the grader refuses unless told
+  ``--allow-root``; every process it starts is killed with it (``processes``).
+
+In both, the parent never opens a path in a folder the child can write by name (its log is an
+anonymous file handed over as a descriptor), validates every reply field by type (``wire``),
+and the submission's time budget starts when it has a process: waiting for the fork server is
+the grader's time, not the student's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from normlab.grader import core
+from normlab.grader.isolation import files, processes, wire
+from normlab.grader.isolation.limits import DEFAULT, Limits
+
+NOBODY = 65534
+SANDBOX_HOME = "/tmp"  # inside the sandbox: the working folder, a private size-limited tmpfs
+
+
+class IsolationError(Exception):
+    """The requested isolation cannot be had here (a usage error for the command)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolation:
+    """How submissions run: under bubblewrap or as plain processes, and as which user."""
+
+    sandbox: bool
+    run_as: tuple[int, int] | None  # (uid, gid) to become, when the grader is root
+    description: str
+
+
+@functools.cache
+def child_paths() -> tuple[str, ...]:
+    """What the child's interpreter needs on disk: its prefixes and its own ``sys.path``
+    (as ``python -I`` sees it: never the current folder), and the course package."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            "import sys, json, os, normlab; "
+            "print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable,"
+            " os.path.dirname(os.path.dirname(normlab.__file__))] + sys.path))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    entries = json.loads(probe.stdout)
+    paths = set()
+    for entry in entries:
+        if entry and os.path.exists(entry):
+            for path in (os.path.realpath(entry), os.path.abspath(entry)):
+                paths.add(path if os.path.isdir(path) else os.path.dirname(path))
+    # Outermost folders only: a folder inside one already shown comes with it.
+    kept: list[str] = []
+    for path in sorted(paths):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+SYSTEM_FILES = [
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/fonts",
+    "/etc/ssl/certs",
+]
+
+
+def bwrap_command(limits: Limits = DEFAULT) -> list[str]:
+    """``bwrap`` arguments: an empty root with only what execution needs, read-only.
+
+    Shown: the system's programs and libraries (``/usr`` and friends, a few files of ``/etc``),
+    the interpreter and its ``sys.path``, the course package. Not shown: the home folder,
+    ``solutions/``, other submissions, the extra-checks file, the gradebook: they are simply
+    not there. ``/tmp`` (the working folder) is a private tmpfs of ``limits.tmp_mb``.
+    """
+    command = ["bwrap"]
+    for path in SYSTEM:
+        if os.path.islink(path):
+            command += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            command += ["--ro-bind", path, path]
+    for path in SYSTEM_FILES:
+        command += ["--ro-bind-try", path, path]
+    shown = [
+        path
+        for path in child_paths()
+        if not any(path == s or path.startswith(s + "/") for s in SYSTEM if os.path.isdir(s))
+    ]
+    # Folders on the way to what is shown (e.g. /root for an interpreter installed there) are
+    # empty and passable: nothing else of theirs is in the sandbox.
+    ancestors = sorted(
+        {os.path.dirname(p[: i + 1]) for p in shown for i, c in enumerate(p) if c == "/"}
+        - {"", "/"}
+        | {os.path.dirname(p) for p in shown} - {"/"},
+        key=lambda p: p.count("/"),
+    )
+    command += ["--dev", "/dev", "--proc", "/proc"]
+    command += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", SANDBOX_HOME]
+    for folder in ancestors:
+        if folder != SANDBOX_HOME:
+            command += ["--perms", "0755", "--dir", folder]
+    for path in shown:  # after /tmp: a course checked out under /tmp is bound back on top
+        command += ["--ro-bind", path, path]
+    command += ["--chdir", SANDBOX_HOME]
+    command += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    command += ["--new-session", "--die-with-parent", "--"]
+    return command
+
+
+@functools.cache
+def bwrap_available() -> bool:
+    """True when bubblewrap is installed and can create its namespaces here."""
+    if shutil.which("bwrap") is None:
+        return False
+    try:
+        probe = subprocess.run(
+            [*bwrap_command(), sys.executable, "-I", "-c", "import normlab"],
+            capture_output=True,
+            timeout=60,
+            cwd="/",
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return False
+    return probe.returncode == 0
+
+
+def _drop_to(ids):
+    def become():
+        os.setgroups([])
+        os.setgid(ids[1])
+        os.setuid(ids[0])
+
+    return become
+
+
+@functools.cache
+def unprivileged_ids(sandbox: bool) -> tuple[int, int] | None:
+    """As root: (uid, gid) of ``nobody`` when that user can run this Python (tried once, in the
+    mode asked for), else None. Under bubblewrap the interpreter is bound into an empty root,
+    so an interpreter installed under /root works too."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        import pwd
+
+        entry = pwd.getpwnam("nobody")
+        ids = entry.pw_uid, entry.pw_gid
+    except (ImportError, KeyError):
+        ids = NOBODY, NOBODY
+    code = "import numpy, normlab.grader.isolation.worker"
+    command = [sys.executable, "-I", "-c", code]
+    become = _drop_to(ids)
+    if sandbox:  # bwrap starts as root; the drop happens inside, as the worker does it
+        drop = f"import os; os.setgroups([]); os.setgid({ids[1]}); os.setuid({ids[0]}); "
+        command = [*bwrap_command(), sys.executable, "-I", "-c", drop + code]
+        become = None
+    try:
+        probe = subprocess.run(
+            command, preexec_fn=become, capture_output=True, timeout=120, cwd="/"
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return ids if probe.returncode == 0 else None
+
+
+def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
+    """The isolation for this run. ``sandbox=None``: bubblewrap where it runs, else processes.
+
+    Raises IsolationError for ``sandbox=True`` without bubblewrap, and as root when learner
+    code could only run as root and ``allow_root`` is not given.
+    """
+    available = bwrap_available()
+    if sandbox and not available:
+        raise IsolationError(
+            "--sandbox needs bubblewrap (bwrap), installed and allowed to run here"
+        )
+    use_sandbox = available if sandbox is None else sandbox
+    mode = "bubblewrap sandbox" if use_sandbox else "separate processes (no sandbox)"
+    if os.geteuid() != 0:
+        return Isolation(use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})")
+    ids = unprivileged_ids(use_sandbox)
+    if ids is not None:
+        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)")
+    if not allow_root:
+        raise IsolationError(
+            "the grader runs as root and the user nobody cannot run this Python here"
+            + ("" if use_sandbox else " outside a sandbox (bubblewrap's sandbox makes it possible)")
+            + "; run as an unprivileged user, or pass --allow-root to run learner code as root"
+        )
+    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)")
+
+
+def child_environment(home: str) -> dict:
+    """A small, predictable environment: nothing of the grader's leaks into the child."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": home,
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": os.path.join(home, ".matplotlib"),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "NORMLAB_GRADING": "1",
+        "LANG": "C.UTF-8",
+        **{k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_CORETYPE")},
+    }
+
+
+def fork_server_environment(home: str) -> dict:
+    """The fork server's environment: as a child's, so that imports behave the same."""
+    return child_environment(home)
+
+
+class ChildSubmission(core.Submission):
+    """A notebook's code cells running in a child process, restarted if it dies.
+
+    Args:
+        cells: the notebook's code cells, in order.
+        limits: every limit (``Limits``).
+        isolation: sandbox or processes, and the user to run as.
+        fork_server: a ``forkserver.ForkServer`` (processes mode only), or None.
+        reaper: the grader's ``processes.Reaper`` (kills orphans adopted by the grader).
+    """
+
+    def __init__(
+        self,
+        cells: list[str],
+        limits: Limits,
+        isolation: Isolation,
+        fork_server=None,
+        reaper: processes.Reaper | None = None,
+    ):
+        self.cells = cells
+        self.limits = limits
+        self.isolation = isolation
+        self.fork_server = fork_server if not isolation.sandbox else None
+        self.reaper = reaper or processes.Reaper()
+        self.deadline: float | None = None  # starts when the submission first has a process
+        self.process = None
+        self.request_fd = self.reply_fd = -1
+        self.names: set[str] = set()
+        self.cell_errors: list[wire.CellError] = []
+        self.restarts = 0
+        self.dead_reason = ""
+        self.timed_out: set[str] = set()  # functions that ran out of time: not called again
+        self._scanned: dict = {}
+        # The parent's private folder: the log (a file without a name) and, for the
+        # processes mode, the child's working folder ``work`` inside it.
+        self.base = tempfile.mkdtemp(prefix="normlab-grade-")
+        self.log_fd = files.anonymous_file(self.base)
+        self.workdir = os.path.join(self.base, "work")
+        if not isolation.sandbox:
+            os.mkdir(self.workdir, 0o700)
+            if isolation.run_as:
+                os.chmod(self.base, 0o711)  # nobody may pass through to ``work``, not list
+                os.chown(self.workdir, *isolation.run_as)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def remaining(self) -> float:
+        if self.deadline is None:
+            return self.limits.timeout
+        return self.deadline - time.monotonic()
+
+    def _limits_for_child(self) -> dict:
+        return {
+            "memory_mb": self.limits.memory_mb,
+            "cpu_seconds": self.limits.cpu_seconds(self.remaining()),
+            "max_file_bytes": self.limits.max_file_bytes,
+            "max_processes": self.limits.max_processes,
+        }
+
+    def _spawn(self, request_read: int, reply_write: int) -> None:
+        limits = self._limits_for_child()
+        home = SANDBOX_HOME if self.isolation.sandbox else self.workdir
+        environment = child_environment(home)
+        if self.isolation.run_as:
+            environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.isolation.run_as)
+        if self.fork_server is not None:
+            try:
+                self.process = self.fork_server.spawn(
+                    self.workdir, environment, (request_read, reply_write, self.log_fd), limits
+                )
+                return
+            except OSError:
+                self.process = None  # no fork server: start an interpreter the slow way
+        command = [sys.executable, "-I", "-m", "normlab.grader.isolation.worker"]
+        command += [str(request_read), str(reply_write), json.dumps(limits)]
+        if self.isolation.sandbox:
+            command = bwrap_command(self.limits) + command
+            environment["NORMLAB_NO_NANNY"] = "1"
+        with self.reaper.lock:  # tracked before the reaper can mistake it for an orphan
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(request_read, reply_write),
+                stdin=subprocess.DEVNULL,
+                stdout=self.log_fd,
+                stderr=subprocess.STDOUT,
+                cwd="/" if self.isolation.sandbox else self.workdir,
+                env=environment,
+                start_new_session=True,  # its own session: we kill everything in it
+            )
+            self.reaper.track(self.process.pid, session=self.process.pid)
+
+    def start(self) -> None:
+        """Start the child and run the notebook's cells in it."""
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        started = time.monotonic()
+        try:
+            self._spawn(request_read, reply_write)
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        self.request_fd, self.reply_fd = request_write, reply_read
+        os.set_blocking(self.request_fd, False)
+        # The child imports its libraries before any learner code runs, then says it is ready:
+        # that start-up (and a wait for the fork server) is the grader's time, not the student's.
+        try:
+            ready, extra = wire.recv(
+                self._reader(time.monotonic() + self.limits.startup_wait), self.limits
+            )
+        except (TimeoutError, EOFError, wire.ProtocolError):
+            reason = self._death_reason()
+            self.close()
+            raise core.ProcessFailed(f"the grader could not start a process ({reason})") from None
+        if ready.get("ready") is not True or extra:
+            self.close()
+            raise core.ProcessFailed("the grader could not start a process (no ready signal)")
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.limits.timeout
+        else:  # a restart: the time spent getting a process is not the submission's
+            self.deadline += time.monotonic() - started
+        header, arrays = wire.load_request(self.cells, self.limits.cell_timeout(self.remaining()))
+        reply, results = self._exchange(
+            header, arrays, self.remaining(), "running the notebook's cells"
+        )
+        try:
+            self.names, self.cell_errors = wire.parse_load_reply(reply, results, len(self.cells))
+        except wire.ProtocolError as error:
+            self.close()
+            raise core.ProcessFailed(
+                f"the notebook's process sent garbage while running its cells: {error}"
+            ) from None
+
+    def close(self) -> None:
+        """Kill the child and every process it started (its session, then adopted orphans)."""
+        process, self.process = self.process, None
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if hasattr(process, "end"):
+                process.end()  # forked: the fork server kills the session and its strays
+            else:
+                processes.kill_session(process.pid)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.reaper.forget(process.pid, session=process.pid)
+        for fd in (self.request_fd, self.reply_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.request_fd = self.reply_fd = -1
+
+    def cleanup(self) -> None:
+        self.close()
+        if self.log_fd >= 0:
+            os.close(self.log_fd)
+            self.log_fd = -1
+        files.remove_tree(self.base)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+    def output_tail(self, limit: int = 400) -> str:
+        """The end of what the notebook printed (for error messages only; never parsed)."""
+        return files.tail(self.log_fd, limit) if self.log_fd >= 0 else ""
+
+    # ------------------------------------------------------------------ the wire
+
+    def _death_reason(self) -> str:
+        if self.process is None:
+            return "the notebook's process is not running"
+        try:
+            code = self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return "the notebook's process stopped answering"
+        if self.isolation.sandbox and code > 128:
+            code = -(code - 128)  # bwrap reports its child's fatal signal N as exit code 128 + N
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            why = {
+                "SIGKILL": " (memory or CPU limit, or killed)",
+                "SIGXCPU": " (CPU time limit)",
+                "SIGSEGV": " (a crash in native code)",
+            }.get(name, "")
+            return f"the notebook's process was killed by {name}{why}"
+        return (
+            f"the notebook's process exited with code {code} (sys.exit / os._exit in the notebook?)"
+        )
+
+    def _exchange(self, header: dict, arrays: list, timeout: float, doing: str):
+        deadline = time.monotonic() + max(0.0, timeout)
+        try:
+            self._send(header, arrays, deadline)
+            return wire.recv(self._reader(deadline), self.limits)
+        except TimeoutError:
+            self.close()
+            raise core.ProcessTimedOut(
+                f"timed out while {doing} (an endless loop or sleep?)"
+            ) from None
+        except (EOFError, BrokenPipeError):
+            reason = self._death_reason()
+            self.close()
+            raise core.ProcessFailed(f"{reason} while {doing}") from None
+        except wire.ProtocolError as error:
+            self.close()
+            raise core.ProcessFailed(
+                f"the notebook's process sent garbage while {doing}: {error}"
+            ) from None
+
+    def _send(self, header: dict, arrays: list, deadline: float) -> None:
+        """Write a request without ever blocking past the deadline (the child may not read)."""
+        view = memoryview(wire.frame(header, arrays))
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            _, writable, _ = select.select([], [self.request_fd], [], remaining)
+            if not writable:
+                raise TimeoutError
+            view = view[os.write(self.request_fd, view) :]
+
+    def _reader(self, deadline: float):
+        def read_exact(n: int) -> bytes:
+            chunks, remaining_bytes = [], n
+            while remaining_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                readable, _, _ = select.select([self.reply_fd], [], [], remaining)
+                if not readable:
+                    raise TimeoutError
+                chunk = os.read(self.reply_fd, min(remaining_bytes, 1 << 20))
+                if not chunk:
+                    raise EOFError
+                chunks.append(chunk)
+                remaining_bytes -= len(chunk)
+            return b"".join(chunks)
+
+        return read_exact
+
+    def _ensure_running(self) -> None:
+        if self.process is not None:
+            return
+        if self.dead_reason and self.restarts >= self.limits.max_restarts:
+            raise core.ProcessFailed(f"not run: {self.dead_reason} (too many restarts)")
+        if self.remaining() <= 1:
+            raise core.ProcessFailed("not run: the submission's time budget is used up")
+        if self.dead_reason:
+            self.restarts += 1
+        try:
+            self.start()
+        except core.ProcessFailed as failure:
+            self.dead_reason = str(failure)
+            raise
+
+    # ------------------------------------------------------------------ Submission API
+
+    def has(self, name):
+        self._ensure_running()
+        return name in self.names
+
+    def _request(self, header: dict, arrays: list, name: str) -> core.Output:
+        self._ensure_running()
+        if name not in self.names:
+            raise core.MissingName(
+                f"`{name}` is not defined in the notebook (did its cell run without errors?)"
+            )
+        if name in self.timed_out:
+            raise core.RaisedError(
+                f"`{name}` did not finish in time on an earlier input; not run again"
+            )
+        timeout = min(self.limits.call_timeout, self.remaining())
+        try:
+            reply, results = self._exchange(
+                dict(header, timeout=max(0.5, timeout - 1)), arrays, timeout, f"calling `{name}`"
+            )
+        except core.ProcessTimedOut as failure:
+            self.dead_reason = str(failure)
+            self.timed_out.add(name)
+            raise
+        except core.ProcessFailed as failure:
+            self.dead_reason = str(failure)
+            raise
+        try:
+            return wire.parse_call_reply(name, reply, results)
+        except core.RaisedError as error:
+            if error.error_type == "Timeout":
+                self.timed_out.add(name)
+            raise
+        except wire.ProtocolError as error:
+            self.close()
+            self.dead_reason = f"the notebook's process sent garbage while calling `{name}`"
+            raise core.ProcessFailed(f"{self.dead_reason}: {error}") from None
+
+    def call(self, name, *args, **kwargs):
+        specs, kwarg_names, kwarg_specs, arrays = wire.encode_args(args, kwargs)
+        header = {
+            "op": "call",
+            "name": name,
+            "args": specs,
+            "kwarg_names": kwarg_names,
+            "kwargs": kwarg_specs,
+        }
+        return self._request(header, arrays, name)
+
+    def get(self, name):
+        return self._request({"op": "get", "name": name}, [], name)
+
+    def static_forbidden(self, name, forbidden):
+        from normlab.grader.trap import scan_source
+
+        key = (name, tuple(forbidden))
+        if key not in self._scanned:  # the source does not change between calls
+            self._scanned[key] = scan_source(self.cells, name, forbidden)
+        return self._scanned[key]
