@@ -1,4 +1,4 @@
-"""The ``normlab`` command: ``normlab grade ...`` and ``normlab labs [--check]``."""
+"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``release``, ``merge``, ``export``."""
 
 from __future__ import annotations
 
@@ -120,6 +120,12 @@ def _labs(args) -> int:
     return build_all(Path(args.root), check=args.check, stems=args.stems)
 
 
+def _work(args) -> int:
+    from normlab.build import copy_missing_labs
+
+    return copy_missing_labs(Path(args.root), args.folder, quiet=args.quiet)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="normlab", description="The normlab course tools.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -183,6 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     labs.add_argument("--check", action="store_true", help="exit 1 if labs/ is not up to date")
     labs.add_argument("--root", default=".", help="the course checkout (default: .)")
     labs.set_defaults(run=_labs)
+
+    work = commands.add_parser(
+        "work",
+        help="copy each lab you have no copy of yet into work/ (never overwrites a file)",
+    )
+    work.add_argument("--root", default=".", help="the course checkout (default: .)")
+    work.add_argument(
+        "--folder", default="work", help="your folder, under the root (default: work)"
+    )
+    work.add_argument("--quiet", action="store_true", help="print nothing")
+    work.set_defaults(run=_work)
 
     args = parser.parse_args(argv)
     if args.command == "grade":
