@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from normlab.grader import core
+from normlab.grader import attribution, core
 from normlab.grader.forkserver import ForkServer
 from normlab.grader.registry import lab_for_path
 from normlab.grader.report import SubmissionResult, write_atomically
@@ -190,7 +190,7 @@ def grade_notebook(
                 e for e in submission.cell_errors if e.get("error_type") != "NotImplementedError"
             ]
             if errors:
-                error = "some cells raised errors: " + _cell_error_summary(errors)
+                error = attribution.learner_cells_message(errors, cells, lab, results)
     score = sum(r.points for r in results)
     return SubmissionResult(shown, lab.stem, score, lab.max_score, error, results, student)
 
