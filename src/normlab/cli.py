@@ -126,6 +126,12 @@ def _work(args) -> int:
     return copy_missing_labs(Path(args.root), args.folder, quiet=args.quiet)
 
 
+def _release(args) -> int:
+    from normlab.release import write_release
+
+    return write_release(Path(args.root), Path(args.out))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="normlab", description="The normlab course tools.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -200,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     work.add_argument("--quiet", action="store_true", help="print nothing")
     work.set_defaults(run=_work)
+
+    release = commands.add_parser(
+        "release",
+        help="write the student edition (no solutions, no answers, hashed keys) into OUT",
+    )
+    release.add_argument("out", metavar="OUT", help="a new or empty folder")
+    release.add_argument("--root", default=".", help="the course checkout (default: .)")
+    release.set_defaults(run=_release)
 
     args = parser.parse_args(argv)
     if args.command == "grade":

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from normlab.grader import keys
 from normlab.grader.core import CheckFailed, Output, describe_item, fmt_shape
 
 
@@ -211,7 +212,7 @@ def letter_of(answer) -> str | None:
 
 def expect_choice(out: Output, letter: str, *, what: str, hint: str) -> None:
     """Fail unless a multiple-choice answer is ``letter`` (case, spaces, parentheses ignored)."""
-    expect_value(out, lambda answer: letter_of(answer) == letter, what=what, hint=hint)
+    expect_value(out, lambda answer: keys.matches(letter_of(answer), letter), what=what, hint=hint)
 
 
 def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, hint: str) -> None:
