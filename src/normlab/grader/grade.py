@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from normlab.grader import attribution, core
+from normlab.grader import attribution, core, lms
 from normlab.grader.forkserver import ForkServer
 from normlab.grader.registry import lab_for_path
 from normlab.grader.report import SubmissionResult, write_atomically
@@ -67,7 +67,7 @@ def find_submissions(paths: list[str]) -> list[Entry]:
         path = Path(raw)
         if path.is_dir():
             found += [
-                Entry(p, student_of(p, path))
+                Entry(p, lms.student_id(p, path, student_of))
                 for p in sorted(path.rglob("*.ipynb"))
                 if ".ipynb_checkpoints" not in p.parts and p.is_file()
             ]
@@ -77,7 +77,7 @@ def find_submissions(paths: list[str]) -> list[Entry]:
             raise UsageError(f"no such file or folder: {raw}")
     if not found:
         raise UsageError(f"no notebooks (.ipynb) found in: {' '.join(paths)}")
-    return found
+    return lms.unique(found, lambda p: getattr(lab_for_path(p), "stem", None))
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:
