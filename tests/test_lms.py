@@ -207,3 +207,9 @@ def test_gradescope_bundle_in_a_simulated_autograder(tmp_path):
         assert 0 <= test["score"] <= test["max_score"]
     assert any(test["output"] for test in fresh["tests"])
     assert empty["score"] == 0 and "No notebook" in empty["output"]
+
+
+def test_a_notebook_named_on_the_command_line_gets_its_lms_id(tmp_path):
+    put(tmp_path / "evansd_23456_789_03_layernorm.ipynb", LAB)
+    (entry,) = find_submissions([str(tmp_path / "evansd_23456_789_03_layernorm.ipynb")])
+    assert entry.student == "23456"

@@ -72,7 +72,7 @@ def find_submissions(paths: list[str]) -> list[Entry]:
                 if ".ipynb_checkpoints" not in p.parts and p.is_file()
             ]
         elif path.is_file():
-            found.append(Entry(path, student_of(path, None)))
+            found.append(Entry(path, lms.student_id(path, None, student_of)))
         else:
             raise UsageError(f"no such file or folder: {raw}")
     if not found:
