@@ -8,6 +8,7 @@ suite). Afterwards every filled copy must be byte for byte what the learner left
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -97,6 +98,18 @@ def serve_and_stop(course):
             url = found and found.group(0)
         assert url, "".join(log[-20:])
         assert b"JupyterLab" in fetch(url, process, log)
+        # The course's settings reach JupyterLab: chapters (.md) open rendered by default.
+        token = url.split("token=")[1]
+        settings = json.loads(
+            fetch(
+                f"http://localhost:{port}/lab/api/settings/"
+                f"@jupyterlab/docmanager-extension:plugin?token={token}",
+                process,
+                log,
+            )
+        )
+        viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
+        assert viewers.get("markdown") == "Markdown Preview", viewers
         return "".join(log)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
