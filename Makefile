@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8888
+# Your copies of the labs: `make lab` fills it with the labs you have no copy of yet, and no
+# command ever overwrites a file in it. labs/ holds the generated originals.
+WORK ?= work
+# JupyterLab settings shipped with the course: chapters (.md) open rendered, not as source.
+LAB_SETTINGS := $(CURDIR)/jupyterlab-settings
 # PyPI's Linux torch wheels bundle CUDA (several GB). Install the CPU build first from
 # PyTorch's CPU index; pip then finds torch already satisfied when it installs the course.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -20,8 +25,8 @@ help:
 	@echo "make test   - set up .venv (first time) and run the whole suite"
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
-	@echo "make grade  - grade your own labs/ (your progress)"
-	@echo "make labs   - regenerate labs/ from solutions/ (authors)"
+	@echo "make grade  - grade your copies of the labs in $(WORK)/ (your progress)"
+	@echo "make labs   - regenerate labs/ from solutions/ (authors; never touches $(WORK)/)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
 	@echo "make site   - build the course website into _site/ (offline; open _site/index.html)"
 
@@ -35,7 +40,9 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) START_HERE.ipynb
+	$(VENV)/bin/normlab work --folder $(WORK)
+	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) \
+	  --LabApp.default_url=/lab/tree/START_HERE.ipynb --LabApp.app_settings_dir=$(LAB_SETTINGS)
 
 # One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
 # in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share
@@ -59,7 +66,8 @@ labs: $(VENV)/.installed
 	$(VENV)/bin/normlab labs
 
 grade: $(VENV)/.installed
-	$(VENV)/bin/normlab grade labs
+	@$(VENV)/bin/normlab work --folder $(WORK) --quiet
+	$(VENV)/bin/normlab grade $(WORK)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks

@@ -24,12 +24,12 @@ from normlab.grader.grade import find_submissions, student_of
         ("alice/03_layernorm.ipynb", "alice"),
         (
             "Alice Smith_1234_assignsubmission_file_/notebooks/03_layernorm.ipynb",
-            "Alice Smith_1234_assignsubmission_file_",
+            "1234",  # Moodle's participant number: the grading worksheet's "Participant 1234"
         ),
         ("03_layernorm_bob.ipynb", "bob"),
         ("carol_03_layernorm.ipynb", "carol"),
         ("dan-03_layernorm (1).ipynb", "dan"),
-        ("smithe_12345_678_03_LayerNorm.ipynb", "smithe_12345_678"),
+        ("smithe_12345_678_03_LayerNorm.ipynb", "12345"),  # Canvas's user ID
     ],
 )
 def test_student_ids_from_documented_layouts(tmp_path, relative, student):

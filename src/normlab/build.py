@@ -188,3 +188,50 @@ def build_all(root: Path, check: bool = False, stems: list[str] | None = None) -
         (labs_dir / name).write_text(text, encoding="utf-8")
         print(f"wrote labs/{name}")
     return 0
+
+
+WORK_README = """# Your work
+
+This folder holds your copies of the labs: fill these in, not `labs/`.
+`make lab` (or `normlab work`) copies a lab here only when you have no copy of it yet, and no
+course command ever overwrites a file in this folder. `make grade` grades what is here.
+Git ignores this folder: back it up, or commit it to a repository of your own.
+
+To start a lab over, rename or delete your copy and run `make lab` (or `normlab work`) again.
+"""
+
+
+def copy_missing_labs(root: Path, work: str = "work", quiet: bool = False) -> int:
+    """Give the learner a copy of every lab they do not have yet in ``root/work``.
+
+    A file already in ``work/`` is never written, whatever it holds: it is the learner's.
+    When the course's lab has changed since the learner's copy was made, say so (and keep the
+    copy). Returns a process exit status.
+    """
+    labs_dir, work_dir = root / "labs", root / work
+    labs = sorted(labs_dir.glob("[0-9][0-9]_*.ipynb"))
+    if not labs:
+        print(f"normlab work: no labs in {labs_dir}", file=sys.stderr)
+        return 2
+    work_dir.mkdir(exist_ok=True)
+    note = work_dir / "README.md"
+    if not note.exists():
+        note.write_text(WORK_README, encoding="utf-8")
+    copied = []
+    for lab in labs:
+        target = work_dir / lab.name
+        try:
+            # "x" mode: creating the file fails if it exists, so a copy made a moment ago by
+            # someone else is not overwritten either.
+            with open(target, "x", encoding="utf-8") as stream:
+                stream.write(lab.read_text(encoding="utf-8"))
+        except FileExistsError:
+            continue
+        copied.append(target.name)
+    if not quiet:
+        for name in copied:
+            print(f"copied labs/{name} -> {work}/{name} (your copy to fill in)")
+        kept = len(labs) - len(copied)
+        if kept:
+            print(f"kept your {kept} lab(s) already in {work}/ (never overwritten)")
+    return 0

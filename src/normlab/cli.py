@@ -1,4 +1,4 @@
-"""The ``normlab`` command: ``normlab grade ...`` and ``normlab labs [--check]``."""
+"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``release``, ``merge``, ``export``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ def _grade(args) -> int:
     started = time.monotonic()
     try:
         entries = find_submissions(args.paths)
+        total = len(entries)
+        if args.shard:
+            index, count = args.shard
+            # Every n-th submission of the sorted list: shards are disjoint, cover the class,
+            # and agree on every student's id (ids are settled on the whole list first).
+            positions = list(range(index - 1, total, count))
+            entries = [entries[p] for p in positions]
         if args.extra_checks:
             if not Path(args.extra_checks).is_file():
                 raise UsageError(f"no such file: {args.extra_checks}")
@@ -83,7 +90,9 @@ def _grade(args) -> int:
         report.write_atomically(Path(args.csv), report.to_csv(results))
     if args.feedback:
         report.write_feedback(results, Path(args.feedback))
-    if args.json:
+    if args.json and args.shard:
+        print(_shard_json(results, args.shard, total, positions))
+    elif args.json:
         print(report.to_json(results))
     else:
         print(report.to_table(results, verbose=not args.quiet))
@@ -96,10 +105,126 @@ def _grade(args) -> int:
     return 0
 
 
+def _shard_json(results, shard, total, positions) -> str:
+    import json
+
+    from normlab.grader import report
+
+    payload = json.loads(report.to_json(results))
+    payload["shard"] = {
+        "index": shard[0],
+        "count": shard[1],
+        "total": total,
+        "positions": positions,
+    }
+    return json.dumps(payload, indent=2, ensure_ascii=False)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    found = __import__("re").fullmatch(r"(\d+)/(\d+)", text)
+    if not found or not 1 <= int(found.group(1)) <= int(found.group(2)):
+        raise argparse.ArgumentTypeError("expected I/N with 1 <= I <= N, e.g. 2/8")
+    return int(found.group(1)), int(found.group(2))
+
+
+def _merge(args) -> int:
+    import json
+
+    from normlab.grader import report
+    from normlab.grader.report import SubmissionResult
+
+    slots: dict[int, dict] = {}
+    counts, totals, seen = set(), set(), set()
+    try:
+        for path in args.shards:
+            payload = json.loads(Path(path).read_text(encoding="utf-8"))
+            shard = payload["shard"]
+            counts.add(shard["count"])
+            totals.add(shard["total"])
+            if shard["index"] in seen:
+                raise ValueError(f"shard {shard['index']}/{shard['count']} given twice")
+            seen.add(shard["index"])
+            if len(shard["positions"]) != len(payload["submissions"]):
+                raise ValueError(f"{path}: positions and submissions differ in number")
+            for position, submission in zip(
+                shard["positions"], payload["submissions"], strict=True
+            ):
+                slots[int(position)] = submission
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"normlab merge: {error}", file=sys.stderr)
+        return 2
+    if len(counts) != 1 or len(totals) != 1:
+        print("normlab merge: the shards come from different runs", file=sys.stderr)
+        return 2
+    (count,), (total,) = counts, totals
+    missing = sorted(set(range(1, count + 1)) - seen)
+    if missing or sorted(slots) != list(range(total)):
+        print(f"normlab merge: missing shard(s) {missing} of {count}", file=sys.stderr)
+        return 2
+    results = [SubmissionResult.from_dict(slots[i]) for i in range(total)]
+    if args.csv:
+        report.write_atomically(Path(args.csv), report.to_csv(results))
+    if args.feedback:
+        report.write_feedback(results, Path(args.feedback))
+    if args.json:
+        print(report.to_json(results))
+    else:
+        print(report.to_table(results, verbose=not args.quiet))
+    return 0
+
+
+def _export(args) -> int:
+    import json
+
+    from normlab.grader import lms, report
+
+    if args.format == "gradescope":
+        from normlab.grader.gradescope import write_bundle
+        from normlab.grader.registry import all_labs
+
+        if args.lab not in all_labs():
+            print(f"normlab export: --lab must be one of {', '.join(all_labs())}", file=sys.stderr)
+            return 2
+        extra = Path(args.extra_checks) if args.extra_checks else None
+        write_bundle(Path(args.out), args.lab, extra)
+        print(f"wrote the Gradescope autograder for {args.lab} to {args.out} (zip its contents)")
+        return 0
+    if not args.results:
+        print("normlab export: give the graded results: --results grades.json", file=sys.stderr)
+        return 2
+    try:
+        submissions = json.loads(Path(args.results).read_text(encoding="utf-8"))["submissions"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"normlab export: cannot read {args.results}: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if args.format == "canvas":
+        report.write_atomically(out, lms.canvas_csv(submissions))
+    elif args.format == "summary":
+        report.write_atomically(out, lms.class_summary(submissions))
+    else:  # moodle: one grading worksheet per lab
+        for lab in sorted({s["lab"] for s in submissions if s.get("lab")}):
+            report.write_atomically(out / f"moodle-{lab}.csv", lms.moodle_csv(submissions, lab))
+    print(f"wrote {out}")
+    return 0
+
+
 def _labs(args) -> int:
     from normlab.build import build_all
 
     return build_all(Path(args.root), check=args.check, stems=args.stems)
+
+
+def _work(args) -> int:
+    from normlab.build import copy_missing_labs
+
+    return copy_missing_labs(Path(args.root), args.folder, quiet=args.quiet)
+
+
+def _release(args) -> int:
+    from normlab.release import write_release
+
+    return write_release(Path(args.root), Path(args.out))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +300,38 @@ def main(argv: list[str] | None = None) -> int:
         "(refused otherwise)",
     )
     grade.add_argument("--quiet", action="store_true", help="table without the failed checks")
+    grade.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="grade only every N-th submission starting at the I-th (1-based); with --json, "
+        "`normlab merge` joins the N outputs into the one-run gradebook",
+    )
     grade.set_defaults(run=_grade)
+
+    merge = commands.add_parser(
+        "merge", help="join the --json outputs of `normlab grade --shard I/N` into one gradebook"
+    )
+    merge.add_argument("shards", nargs="+", metavar="SHARD.json")
+    merge.add_argument("--json", action="store_true", help="print the merged JSON on stdout")
+    merge.add_argument("--csv", metavar="FILE", help="write the CSV gradebook (atomically)")
+    merge.add_argument("--feedback", metavar="DIR", help="write the per-student feedback")
+    merge.add_argument("--quiet", action="store_true", help="table without the failed checks")
+    merge.set_defaults(run=_merge)
+
+    export = commands.add_parser(
+        "export",
+        help="gradebooks for Canvas, Moodle, a class summary; a Gradescope autograder",
+        description="canvas OUT.csv / moodle OUTDIR / summary OUT.csv read --results (the JSON "
+        "of `normlab grade --json` or `normlab merge --json`); gradescope OUTDIR --lab STEM "
+        "writes an autograder bundle.",
+    )
+    export.add_argument("format", choices=["canvas", "moodle", "summary", "gradescope"])
+    export.add_argument("out", metavar="OUT")
+    export.add_argument("--results", metavar="FILE.json", help="graded results (JSON)")
+    export.add_argument("--lab", help="gradescope: the lab this assignment is (e.g. 03_layernorm)")
+    export.add_argument("--extra-checks", metavar="FILE.py", help="gradescope: hidden checks")
+    export.set_defaults(run=_export)
 
     labs = commands.add_parser("labs", help="generate labs/ from solutions/ (or --check staleness)")
     labs.add_argument(
@@ -184,6 +340,25 @@ def main(argv: list[str] | None = None) -> int:
     labs.add_argument("--check", action="store_true", help="exit 1 if labs/ is not up to date")
     labs.add_argument("--root", default=".", help="the course checkout (default: .)")
     labs.set_defaults(run=_labs)
+
+    work = commands.add_parser(
+        "work",
+        help="copy each lab you have no copy of yet into work/ (never overwrites a file)",
+    )
+    work.add_argument("--root", default=".", help="the course checkout (default: .)")
+    work.add_argument(
+        "--folder", default="work", help="your folder, under the root (default: work)"
+    )
+    work.add_argument("--quiet", action="store_true", help="print nothing")
+    work.set_defaults(run=_work)
+
+    release = commands.add_parser(
+        "release",
+        help="write the student edition (no solutions, no answers, hashed keys) into OUT",
+    )
+    release.add_argument("out", metavar="OUT", help="a new or empty folder")
+    release.add_argument("--root", default=".", help="the course checkout (default: .)")
+    release.set_defaults(run=_release)
 
     args = parser.parse_args(argv)
     if args.command == "grade":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normlab.grader import core, trap
+from normlab.grader import attribution, core, lms, trap
 from normlab.grader.isolation import files
 from normlab.grader.isolation.forkserver import ForkServer
 from normlab.grader.isolation.limits import DEFAULT, Limits
@@ -81,17 +81,17 @@ def find_submissions(paths: list[str]) -> list[Entry]:
         path = Path(raw)
         if path.is_dir():
             found += [
-                Entry(p, student_of(p, path))
+                Entry(p, lms.student_id(p, path, student_of))
                 for p in sorted(path.rglob("*.ipynb"))
                 if ".ipynb_checkpoints" not in p.parts and p.is_file()
             ]
         elif path.is_file():
-            found.append(Entry(path, student_of(path, None)))
+            found.append(Entry(path, lms.student_id(path, None, student_of)))
         else:
             raise UsageError(f"no such file or folder: {raw}")
     if not found:
         raise UsageError(f"no notebooks (.ipynb) found in: {' '.join(paths)}")
-    return found
+    return lms.unique(found, lambda p: getattr(lab_for_path(p), "stem", None))
 
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -247,7 +247,7 @@ def grade_bytes(
             # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook.
             errors = [e for e in submission.cell_errors if e.error_type != "NotImplementedError"]
             if errors:
-                error = "some cells raised errors: " + _cell_error_summary(errors)
+                error = attribution.learner_cells_message(errors, cells, lab, results)
     score = sum(r.points for r in results)
     return SubmissionResult(
         shown,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from normlab.grader import keys
 from normlab.grader.core import CheckFailed, Output, describe_item, fmt_shape
 
 
@@ -487,8 +488,9 @@ def expect_choice(
         given = parse_choice(answer)
     except ChoiceError as error:
         raise CheckFailed(f"{what}: {error}") from None
-    if given != letter:
-        reason = (why or {}).get(given)
+    if not keys.matches(given, letter):
+        # The student edition stores the letters of ``why`` hashed, like the key.
+        reason = next((text for key, text in (why or {}).items() if keys.matches(given, key)), None)
         because = f"\nWhy: {reason}" if reason else ""
         raise CheckFailed(f"{what}: ({given}) is not right. {hint}{because}")
 

@@ -13,6 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from normlab.grader.attribution import is_learner_code
 from normlab.grader.core import CheckResult
 
 PASS, FAIL = "✓", "✗"
@@ -154,7 +155,7 @@ def to_csv(results: list[SubmissionResult]) -> str:
             (f"{result.lab}: {c.name}" if len(labs) > 1 else c.name): c.points
             for c in result.checks
         }
-        error = (result.error or "").splitlines()[0] if result.error else ""
+        error = " ".join((result.error or "").split())
         writer.writerow(
             [
                 result.student or "",
@@ -175,7 +176,7 @@ def feedback_markdown(result: SubmissionResult) -> str:
     title = f"{result.lab or 'unknown lab'} — {result.student or Path(result.path).stem}"
     lines = [f"# {title}", "", f"**Score: {result.score} / {result.max_score}**", ""]
     if result.error:
-        lines += ["**Problem running the notebook:**", "", "```", result.error, "```", ""]
+        lines += [f"**{error_heading(result.error)}**", "", "```", result.error, "```", ""]
     if result.findings:
         lines += ["**For the instructor to review (from-scratch rule):**", ""]
         lines += [f"- {finding}" for finding in result.findings] + [""]
@@ -194,7 +195,8 @@ def feedback_html(result: SubmissionResult) -> str:
     body = CheckReport("Checks", result.checks)._repr_html_()
     error = ""
     if result.error:
-        error = f"<p><b>Problem running the notebook:</b></p><pre>{html.escape(result.error)}</pre>"
+        heading = html.escape(error_heading(result.error))
+        error = f"<p><b>{heading}</b></p><pre>{html.escape(result.error)}</pre>"
     if result.findings:
         items = "".join(f"<li>{html.escape(f)}</li>" for f in result.findings)
         error += f"<p><b>For the instructor to review (from-scratch rule):</b></p><ul>{items}</ul>"
@@ -203,6 +205,17 @@ def feedback_html(result: SubmissionResult) -> str:
         f"<body><h1>{title}</h1><p><b>Score: {result.score} / {result.max_score}</b></p>"
         f"{error}{body}</body></html>\n"
     )
+
+
+def error_heading(error: str) -> str:
+    """How a report introduces a submission's error: the learner's code, or running it at all."""
+    if is_learner_code(error):
+        return "A cell of your notebook stopped (your code, not the grader):"
+    return "Problem running the notebook:"
+
+
+def error_label(error: str) -> str:
+    return "YOUR CODE" if is_learner_code(error) else "ERROR"
 
 
 def write_feedback(results: list[SubmissionResult], folder: Path) -> list[Path]:
@@ -232,15 +245,19 @@ def to_table(results: list[SubmissionResult], verbose: bool = True) -> str:
     lines = []
     width = max([len(r.path) for r in results] + [10])
     for result in results:
+        error_lines = result.error.splitlines() if result.error else []
         lines.append(
             f"{result.path:<{width}}  {result.lab or '?':<18} {result.score:>3}/{result.max_score:<3}"
-            + (f"  ERROR: {result.error.splitlines()[0]}" if result.error else "")
+            + (f"  {error_label(result.error)}: {error_lines[0]}" if error_lines else "")
         )
+        lines += [f"      {line}" for line in error_lines[1:]]
         if verbose:
             for check in result.checks:
                 if not check.passed:
-                    first = check.message.splitlines()[0] if check.message else ""
-                    lines.append(f"    {FAIL} {check.name}: {first}")
+                    message = check.message.splitlines() or [""]
+                    lines.append(f"    {FAIL} {check.name}: {message[0]}")
+                    # The whole message: the "Why:" hints are on the lines after the first.
+                    lines += [f"        {line}" for line in message[1:]]
     if len(results) > 1:
         got, total = sum(r.score for r in results), sum(r.max_score for r in results)
         lines.append(f"total: {got}/{total} points in {len(results)} notebooks")

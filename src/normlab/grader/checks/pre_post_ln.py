@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+from normlab.grader import keys
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
 from normlab.grader.forbidden import LIBRARY_NORMS
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value, item_of
@@ -680,7 +681,7 @@ def _letters(answer) -> str | None:
 
 
 def _fixes_right(answer) -> bool:
-    return _letters(answer) == MEASURED_FIXES
+    return keys.matches(_letters(answer), MEASURED_FIXES)
 
 
 @LAB.check(

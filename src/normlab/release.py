@@ -1,0 +1,345 @@
+"""``normlab release OUT/``: the student edition of the course, without its answers.
+
+The edition holds the chapters, the labs, the demos, the start page and the package that
+``check()`` imports. It leaves out the solution notebooks, the worked solutions, the tests and
+the instructor's documents, and it removes every lab answer from what it ships:
+
+* answer keys in the check modules (the letter given to ``expect_choice`` and module-level
+  strings equal to a top-level answer, such as ``POSTLN_FIXES``) become salted hashes
+  (:mod:`normlab.grader.keys`), which the checks compare against;
+* a demo statement that is a lab's answer (same code, up to the names of its local variables) is
+  replaced by a ``raise NotImplementedError`` that sends the reader to the lab; the demo's stored
+  outputs are kept;
+* an answer found anywhere else in the package stops the release (exit status 1): the package
+  must not ship it, and cutting it out would break the checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import re
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+from normlab.build import BEGIN, END
+from normlab.grader import keys
+
+SHIPPED = ["theory", "labs", "notebooks", "benchmarks", "jupyterlab-settings"]
+SHIPPED_FILES = ["START_HERE.ipynb", "pyproject.toml", "environment.yml", ".gitignore"]
+DEMO_STUB = "the student edition leaves this out: it is an answer of lab {lab}"
+
+
+class ReleaseError(Exception):
+    """The edition would ship an answer."""
+
+
+# ----------------------------------------------------------------------------- answer regions
+
+
+def answer_regions(root: Path) -> list[tuple[str, str]]:
+    """Every marked answer region of the solution notebooks: (lab stem, dedented source)."""
+    regions = []
+    for path in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type != "code":
+                continue
+            lines, inside = cell.source.split("\n"), None
+            for line in lines:
+                if BEGIN.match(line):
+                    inside = []
+                elif END.match(line) and inside is not None:
+                    regions.append((path.stem, textwrap.dedent("\n".join(inside))))
+                    inside = None
+                elif inside is not None:
+                    inside.append(line)
+    return regions
+
+
+class _Locals(ast.NodeTransformer):
+    """Rename the names a piece of code assigns (its local variables) to v0, v1, ... in order."""
+
+    def __init__(self, assigned: set[str]):
+        self.assigned, self.names = assigned, {}
+
+    def visit_Name(self, node):
+        if node.id in self.assigned:
+            node.id = self.names.setdefault(node.id, f"v{len(self.names)}")
+        return node
+
+
+def _assigned(statements: list[ast.stmt]) -> set[str]:
+    found = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                found.add(node.id)
+    return found
+
+
+def normalized(statements: list[ast.stmt]) -> str:
+    """A statement list's AST without positions, comments, or the names of its local variables."""
+    module = ast.Module(body=copy.deepcopy(statements), type_ignores=[])
+    module = _Locals(_assigned(module.body)).visit(module)
+    return ast.dump(module, annotate_fields=False)
+
+
+def statement_lists(tree: ast.AST):
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                yield value
+
+
+class AnswerIndex(dict):
+    """Normalized answer region -> its lab; ``sizes``: the statement counts of the regions."""
+
+    sizes: set[int]
+    signatures: set[tuple[str, ...]]
+
+
+def signature(statements: list[ast.stmt]) -> tuple[str, ...]:
+    """A cheap first filter: the kinds of the statements and of their top expression."""
+    return tuple(
+        type(s).__name__ + ":" + type(getattr(s, "value", None)).__name__ for s in statements
+    )
+
+
+def answer_index(root: Path) -> AnswerIndex:
+    """Normalized answer region -> its lab."""
+    index = AnswerIndex()
+    index.sizes, index.signatures = set(), set()
+    for stem, source in answer_regions(root):
+        statements = ast.parse(source).body
+        if statements:
+            index[normalized(statements)] = stem
+            index.sizes.add(len(statements))
+            index.signatures.add(signature(statements))
+    return index
+
+
+def find_answers(source: str, index: AnswerIndex) -> list[tuple[list[ast.stmt], str]]:
+    """Runs of consecutive statements in ``source`` that are an answer: (statements, lab)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for body in statement_lists(tree):
+        for size in sorted(index.sizes):
+            for start in range(len(body) - size + 1):
+                window = body[start : start + size]
+                if signature(window) not in index.signatures:
+                    continue
+                lab = index.get(normalized(window))
+                if lab is not None:
+                    found.append((window, lab))
+    return found
+
+
+# ----------------------------------------------------------------------------- rewriting
+
+
+def _splice(source: str, replacements: list[tuple[int, int, int, int, str]]) -> str:
+    """Replace (line, col, end_line, end_col) spans (1-based lines) by text, last first."""
+    lines = source.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()) + 1)
+    data = source.encode()
+    for line, col, end_line, end_col, text in sorted(replacements, reverse=True):
+        start, end = offsets[line - 1] + col, offsets[end_line - 1] + end_col
+        data = data[:start] + text.encode() + data[end:]
+    return data.decode()
+
+
+def _salt(where: str, answer: str) -> str:
+    return hashlib.sha256(f"normlab release:{where}:{answer}".encode()).hexdigest()[:16]
+
+
+def hide_keys(source: str, where: str, top_level_answers: set[str]) -> tuple[str, int]:
+    """Hash the answer keys of a check module. Returns the new source and how many were hashed."""
+    tree = ast.parse(source)
+    spans = []
+
+    def hash_constant(node: ast.Constant) -> None:
+        text = keys.hashed(node.value, _salt(f"{where}:{node.lineno}", node.value))
+        spans.append(
+            (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, repr(text))
+        )
+
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "expect_choice"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            hash_constant(node.args[1])
+    for node in tree.body:
+        # ``*_WHY`` maps each wrong letter to its misconception: its letters would name the key
+        # by elimination, so they are hashed too (expect_choice compares hashes).
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id.endswith("_WHY") for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
+            for key in node.value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    hash_constant(key)
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and node.value.value in top_level_answers
+        ):
+            hash_constant(node.value)
+    return _splice(source, spans), len(spans)
+
+
+def _top_level_answers(root: Path) -> set[str]:
+    values = set()
+    for _, source in answer_regions(root):
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                if isinstance(node.value.value, str):
+                    values.add(node.value.value)
+    return values
+
+
+def scrub_demo_cell(source: str, index: AnswerIndex) -> str:
+    """Replace each answer in a demo cell by a stub at its indentation."""
+    spans = []
+    for window, lab in find_answers(source, index):
+        first, last = window[0], window[-1]
+        indent = " " * first.col_offset
+        stub = f"raise NotImplementedError({DEMO_STUB.format(lab=lab)!r})"
+        text = f"# (lab {lab}: your code goes here)\n{indent}{stub}"
+        spans.append((first.lineno, first.col_offset, last.end_lineno, last.end_col_offset, text))
+    # Overlapping windows: keep the outermost (they come in order of size, largest last).
+    kept: list = []
+    for span in sorted(spans, key=lambda s: (s[0], -s[2])):
+        if kept and span[0] <= kept[-1][2]:
+            continue
+        kept.append(span)
+    return _splice(source, kept)
+
+
+# ----------------------------------------------------------------------------- the edition
+
+
+def _edition_readme(root: Path) -> str:
+    rows = []
+    for chapter in sorted((root / "theory").glob("[0-9][0-9]_*.md")):
+        title = chapter.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
+        stem = chapter.stem
+        rows.append(
+            f"| {stem[:2]} | [{title}](theory/{stem}.md) | [lab](labs/{stem}.ipynb) "
+            f"| [demo](notebooks/{stem}.ipynb) |"
+        )
+    return "\n".join(
+        [
+            "# normlab — activation normalization, built from scratch (student edition)",
+            "",
+            "```bash",
+            "make lab    # creates .venv, copies the labs into work/, opens JupyterLab",
+            "make grade  # grades your copies in work/",
+            "```",
+            "",
+            "Fill in your copies of the labs in `work/`: no command overwrites them.",
+            "",
+            "The `check(...)` cells and `make grade` are **formative**: they help you learn and",
+            "run in your own kernel. If your course is graded, your instructor grades what you",
+            "hand in with the same grader in a sandbox and with checks you have not seen; that",
+            "grade is the authority.",
+            "",
+            "| stem | chapter | lab | demo |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+def _edition_makefile(root: Path) -> str:
+    """The course Makefile without the authors' targets (tests and lab building need solutions)."""
+    text = (root / "Makefile").read_text(encoding="utf-8")
+    for target in ("test", "labs"):
+        text = re.sub(rf"\n{target}: [^\n]*\n(\t[^\n]*\n)*", "\n", text)
+        text = re.sub(rf'\n\t@echo "make {target} [^\n]*', "", text)
+    return text
+
+
+def write_release(root: Path, out: Path) -> int:
+    """Write the student edition of the course at ``root`` into ``out`` (which must not exist
+    or be empty). Returns a process exit status."""
+    root, out = Path(root), Path(out)
+    if out.exists() and any(out.iterdir()):
+        print(f"normlab release: {out} is not empty; give a new folder", file=sys.stderr)
+        return 2
+    try:
+        if out.resolve() == root.resolve() or root.resolve() in out.resolve().parents:
+            if not out.resolve().is_relative_to(root.resolve() / "build"):
+                raise ReleaseError("write the edition outside the course (or under build/)")
+        index = answer_index(root)
+        _write(root, out, index)
+    except ReleaseError as error:
+        print(f"normlab release: {error}", file=sys.stderr)
+        shutil.rmtree(out, ignore_errors=True)
+        return 1
+    print(f"wrote the student edition to {out}")
+    return 0
+
+
+def _write(root: Path, out: Path, index: AnswerIndex) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    for folder in SHIPPED:
+        if (root / folder).is_dir():
+            shutil.copytree(root / folder, out / folder, ignore=ignore)
+    for name in SHIPPED_FILES:
+        if (root / name).is_file():
+            shutil.copy2(root / name, out / name)
+    (out / "README.md").write_text(_edition_readme(root), encoding="utf-8")
+    (out / "Makefile").write_text(_edition_makefile(root), encoding="utf-8")
+
+    # The package, with its keys hashed; any other answer in it stops the release.
+    package = root / "src" / "normlab"
+    shutil.copytree(package, out / "src" / "normlab", ignore=ignore)
+    top_level = _top_level_answers(root)
+    for module in sorted((out / "src" / "normlab").rglob("*.py")):
+        relative = module.relative_to(out).as_posix()
+        source = module.read_text(encoding="utf-8")
+        if module.parent.name == "checks":
+            source, _ = hide_keys(source, relative, top_level)
+            module.write_text(source, encoding="utf-8")
+        found = find_answers(source, index)
+        if found:
+            window, lab = found[0]
+            raise ReleaseError(
+                f"{relative}, line {window[0].lineno}, holds an answer of lab {lab}; "
+                "the package must not ship it"
+            )
+
+    # Demos and the other notebooks: answers cut out, outputs kept.
+    for path in sorted(out.rglob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        changed = False
+        for cell in notebook.cells:
+            if cell.cell_type == "code" and find_answers(cell.source, index):
+                cell.source = scrub_demo_cell(cell.source, index)
+                changed = True
+        if changed:
+            nbformat.write(notebook, path)
+    for path in sorted(out.rglob("*.py")):
+        if find_answers(path.read_text(encoding="utf-8"), index):
+            raise ReleaseError(f"{path.relative_to(out)} holds a lab answer")

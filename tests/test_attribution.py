@@ -1,0 +1,88 @@
+"""A learner's bug does not look like the grader's: cells say what they compared, reports say whose.
+
+With a wrong ``layernorm_forward`` (eps outside the square root) and a correct ``d2_xhat``, the
+cell comparing the two stops; the grader must put that on the learner's code, name both
+functions, and point at ``layernorm_forward`` (whose own checks fail), not at ``d2_xhat``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from normlab.grader.attribution import LEARNER_CODE, called_names, learner_cells_message
+from normlab.grader.grade import grade_notebook
+from normlab.grader.registry import get_lab
+from normlab.grader.report import feedback_html, feedback_markdown, to_csv, to_table
+
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
+def test_every_assertion_in_a_cell_running_learner_code_says_what_it_compared(path):
+    notebook = nbformat.read(path, as_version=4)
+    bare = []
+    for index, cell in enumerate(notebook.cells):
+        if "runs-learner-code" not in cell.metadata.get("tags", []):
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Assert) and node.msg is None:
+                bare.append(f"cell {index + 1}, line {node.lineno}")
+    assert bare == []
+
+
+def wrong_forward_lab(tmp_path):
+    notebook = nbformat.read(ROOT / "solutions" / "03_layernorm.ipynb", as_version=4)
+    right = "x_hat = centred / np.sqrt(var + eps)"
+    cells = [cell for cell in notebook.cells if right in cell.source]
+    assert len(cells) == 1
+    cells[0].source = cells[0].source.replace(right, "x_hat = centred / (np.sqrt(var) + eps)")
+    path = tmp_path / "03_layernorm.ipynb"
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_a_wrong_forward_is_put_on_the_learner_and_on_the_right_function(tmp_path):
+    result = grade_notebook(wrong_forward_lab(tmp_path), student="alice")
+    assert result.error.startswith(LEARNER_CODE), result.error
+    assert "not in the grader" in result.error
+    # The d2_xhat cell: it calls both functions, and the one whose checks fail is the forward.
+    d2_part = [line for line in result.error.splitlines() if "d2_xhat(pairs)" in line]
+    assert d2_part, result.error
+    assert "`layernorm_forward` also fails its own checks" in d2_part[0]
+    assert "`d2_xhat` also fails" not in result.error
+    assert "differs from layernorm_forward(pairs, ones, zeros)" in d2_part[0]
+
+    table = to_table([result])
+    assert "YOUR CODE: " + LEARNER_CODE in table and "ERROR" not in table
+    for text in (feedback_markdown(result), feedback_html(result)):
+        assert "your code, not the grader" in text and "Problem running" not in text
+    assert LEARNER_CODE in to_csv([result])
+
+
+def test_table_prints_every_line_of_a_failed_check(tmp_path):
+    result = grade_notebook(wrong_forward_lab(tmp_path), student="alice")
+    failed = [c for c in result.checks if not c.passed and len(c.message.splitlines()) > 1]
+    assert failed, "expected a multi-line message (with its hint) for eps outside the root"
+    table = to_table([result])
+    for check in failed:
+        for line in check.message.splitlines():
+            assert line in table
+
+
+def test_message_uses_only_valid_cell_indices_and_caps_its_length():
+    lab = get_lab("03_layernorm")
+    cells = ["y = layernorm_forward(x, g, b)\nassert False, 'compared y with beta'"]
+    errors = [
+        {"cell": 0, "error_type": "AssertionError", "message": "compared y with beta"},
+        {"cell": 99, "error_type": "ValueError", "message": "x" * 5000},
+        {"cell": "0", "error_type": None, "message": None},
+    ]
+    text = learner_cells_message(errors, cells, lab, [])
+    assert "- Code cell 1 failed its assertion: compared y with beta" in text
+    assert "It calls your `layernorm_forward`" in text
+    assert "- A code cell raised ValueError" in text and len(text) < 1200
+    assert called_names("def f(:", {"f"}) == []

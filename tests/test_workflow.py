@@ -1,0 +1,205 @@
+"""A learner's work is sacred: fill every lab, run every README command, find the work intact.
+
+The course is copied to a temporary folder (the files git would commit), the learner's copies
+are made by `make lab`, every lab is filled with its solution's answers, and then each command
+the README documents runs (a cheap equivalent where the command starts a server or the whole
+suite). Afterwards every filled copy must be byte for byte what the learner left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from conftest import ROOT
+from test_setup import free_port
+
+from normlab.build import copy_missing_labs
+
+VENV = ROOT / ".venv"
+MAKE_ENV = {**os.environ, "DISPLAY": "", "WAYLAND_DISPLAY": ""}
+
+
+def course_copy(target):
+    """The files git would commit (tracked, or untracked and not ignored), copied to target."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def fill_with_solutions(notebook_path, solutions_dir):
+    """Paste the solution's answers into a learner's copy: cell by cell, matched by cell id."""
+    lab = nbformat.read(notebook_path, as_version=4)
+    solution = nbformat.read(solutions_dir / notebook_path.name, as_version=4)
+    by_id = {cell.get("id"): cell for cell in solution.cells}
+    changed = 0
+    for cell in lab.cells:
+        answer = by_id.get(cell.get("id"))
+        if answer is not None and answer.source != cell.source:
+            cell.source = answer.source
+            changed += 1
+    assert changed, f"{notebook_path.name}: nothing to fill in"
+    nbformat.write(lab, notebook_path)
+
+
+def make(course, *arguments, timeout=600):
+    done = subprocess.run(
+        ["make", f"VENV={VENV}", *arguments],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        env=MAKE_ENV,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"make {' '.join(arguments)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def serve_and_stop(course):
+    """`make lab` on a free port: wait for the start page's URL, fetch it, stop the server."""
+    from test_setup import fetch
+
+    port = free_port()
+    process = subprocess.Popen(
+        ["make", f"VENV={VENV}", "lab", f"PORT={port}"],
+        cwd=course,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=MAKE_ENV,
+    )
+    try:
+        log, url = [], None
+        while url is None:
+            line = process.stdout.readline()
+            if not line:
+                break
+            log.append(line)
+            found = re.search(
+                rf"http://localhost:{port}/lab/tree/START_HERE\.ipynb\?token=\w+", line
+            )
+            url = found and found.group(0)
+        assert url, "".join(log[-20:])
+        assert b"JupyterLab" in fetch(url, process, log)
+        # The course's settings reach JupyterLab: chapters (.md) open rendered by default.
+        token = url.split("token=")[1]
+        settings = json.loads(
+            fetch(
+                f"http://localhost:{port}/lab/api/settings/"
+                f"@jupyterlab/docmanager-extension:plugin?token={token}",
+                process,
+                log,
+            )
+        )
+        viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
+        assert viewers.get("markdown") == "Markdown Preview", viewers
+        return "".join(log)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def readme_commands() -> set[str]:
+    """Every `make TARGET` and `normlab SUBCOMMAND` the README shows a reader."""
+    text = (ROOT / "README.md").read_text()
+    found = {f"make {target}" for target in re.findall(r"\bmake ([a-z][\w-]*)", text)}
+    found |= {
+        f"normlab {sub}"
+        for sub in re.findall(r"\bnormlab (grade|labs|work|release|merge|export)\b", text)
+    }
+    return found
+
+
+# What each README command becomes in the test. A command the README gains without an entry
+# here fails the test, so that nothing documented goes untried.
+COVERED = {"make lab", "make test", "make grade", "make labs", "make lint", "make help"}
+COVERED |= {"make format", "normlab grade", "normlab labs", "normlab work"}
+# Instructors' commands that write elsewhere, tested on their own: tests/test_release.py, test_lms.py.
+COVERED |= {"normlab release", "normlab merge", "normlab export"}
+
+
+def test_every_readme_command_is_covered():
+    assert readme_commands() - COVERED == set()
+
+
+def test_copying_never_overwrites_and_fills_what_is_missing(tmp_path):
+    course = tmp_path
+    (course / "labs").mkdir()
+    (course / "labs" / "01_a.ipynb").write_text("original 01")
+    (course / "labs" / "02_b.ipynb").write_text("original 02")
+    (course / "work").mkdir()
+    (course / "work" / "01_a.ipynb").write_text("the learner's 01")
+    assert copy_missing_labs(course, quiet=True) == 0
+    assert (course / "work" / "01_a.ipynb").read_text() == "the learner's 01"
+    assert (course / "work" / "02_b.ipynb").read_text() == "original 02"
+    (course / "labs" / "02_b.ipynb").write_text("regenerated 02")
+    assert copy_missing_labs(course, quiet=True) == 0
+    assert (course / "work" / "02_b.ipynb").read_text() == "original 02"
+
+
+@pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
+def test_filled_labs_survive_every_readme_command(tmp_path):
+    course = course_copy(tmp_path / "course")
+    serve_and_stop(course)  # make lab: makes the learner's copies, then serves
+    work = course / "work"
+    labs = sorted(p.name for p in (course / "labs").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(p.name for p in work.glob("*.ipynb")) == labs
+    for name in labs:
+        fill_with_solutions(work / name, course / "solutions")
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+
+    # make grade: grades the learner's copies, and every filled lab earns full marks.
+    graded = make(course, "grade")
+    rows = re.findall(r"work/(\d\d_\w+)\.ipynb\s+\S+\s+(\d+)/(\d+)", graded)
+    assert sorted(f"{stem}.ipynb" for stem, _, _ in rows) == labs, graded
+    assert all(got == total for _, got, total in rows), graded
+    # The instructor's form of the command, on the learner's folder, writes elsewhere.
+    normlab = VENV / "bin" / "normlab"
+    subprocess.run(
+        [normlab, "grade", "work", "--csv", "grades.csv", "--feedback", "feedback"],
+        cwd=course,
+        check=True,
+        capture_output=True,
+    )
+    # make labs, one lab and all of them: regenerate labs/ only.
+    subprocess.run([normlab, "labs", "03_layernorm"], cwd=course, check=True, capture_output=True)
+    make(course, "labs")
+    subprocess.run([normlab, "work"], cwd=course, check=True, capture_output=True)
+    make(course, "help")
+    make(course, "lint")
+    make(course, "format")
+    # make test, cheaply: run its own lint and staleness lines as they are, and let pytest and
+    # nbval collect what they would run (the whole suite is this test's caller).
+    for line in make(course, "-n", "test").splitlines():
+        command = line.split()
+        if "pytest" in line:
+            command += ["--collect-only", "-q"]
+        done = subprocess.run(command, cwd=course, capture_output=True, text=True)
+        assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        assert "work/" not in done.stdout, f"{line} looks at the learner's copies"
+    # make lab again: the copies are kept, not replaced by fresh labs.
+    assert "never overwritten" in serve_and_stop(course)
+
+    after = {p.name: p.read_bytes() for p in work.iterdir()}
+    assert after == before
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
