@@ -15,6 +15,7 @@ from conftest import ROOT
 
 from normlab.grader.attribution import LEARNER_CODE, called_names, learner_cells_message
 from normlab.grader.grade import grade_notebook
+from normlab.grader.isolation.wire import CellError
 from normlab.grader.registry import get_lab
 from normlab.grader.report import feedback_html, feedback_markdown, to_csv, to_table
 
@@ -77,9 +78,9 @@ def test_message_uses_only_valid_cell_indices_and_caps_its_length():
     lab = get_lab("03_layernorm")
     cells = ["y = layernorm_forward(x, g, b)\nassert False, 'compared y with beta'"]
     errors = [
-        {"cell": 0, "error_type": "AssertionError", "message": "compared y with beta"},
-        {"cell": 99, "error_type": "ValueError", "message": "x" * 5000},
-        {"cell": "0", "error_type": None, "message": None},
+        CellError(0, "AssertionError", "compared y with beta"),
+        CellError(99, "ValueError", "x" * 5000),
+        CellError(-1, "", ""),
     ]
     text = learner_cells_message(errors, cells, lab, [])
     assert "- Code cell 1 failed its assertion: compared y with beta" in text

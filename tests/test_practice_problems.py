@@ -24,9 +24,7 @@ KEY_OVER_LONGEST_DISTRACTOR = 1.25
 # ... and no option shorter than this fraction of the longest (options alike in length).
 SHORTEST_OVER_LONGEST = 0.4
 
-BEING_REWRITTEN = {
-    "06_pre_post_ln": "chapter 06's practice problems are being rewritten with its experiment",
-}
+BEING_REWRITTEN: dict[str, str] = {}
 
 LINKS_BEING_FIXED: dict[str, str] = {}
 

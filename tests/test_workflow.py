@@ -131,6 +131,7 @@ def readme_commands() -> set[str]:
 # here fails the test, so that nothing documented goes untried.
 COVERED = {"make lab", "make test", "make grade", "make labs", "make lint", "make help"}
 COVERED |= {"make format", "normlab grade", "normlab labs", "normlab work"}
+COVERED |= {"make test-fast", "make bench", "make site"}
 # Instructors' commands that write elsewhere, tested on their own: tests/test_release.py, test_lms.py.
 COVERED |= {"normlab release", "normlab merge", "normlab export"}
 
@@ -187,13 +188,22 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
     make(course, "format")
     # make test, cheaply: run its own lint and staleness lines as they are, and let pytest and
     # nbval collect what they would run (the whole suite is this test's caller).
-    for line in make(course, "-n", "test").splitlines():
+    for line in (
+        make(course, "-n", "test").splitlines() + make(course, "-n", "test-fast").splitlines()
+    ):
+        if not line.strip() or line.startswith(("make", "touch")) or "pip install" in line:
+            continue  # make's own notes and the one-time install steps
         command = line.split()
         if "pytest" in line:
             command += ["--collect-only", "-q"]
         done = subprocess.run(command, cwd=course, capture_output=True, text=True)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         assert "work/" not in done.stdout, f"{line} looks at the learner's copies"
+    # make bench and make site write only under benchmarks/results/ and _site/: their recipes
+    # (run for real by tests/test_site.py and benchmarks/bench.py) must not name the copies.
+    for target in ("bench", "site"):
+        recipe = make(course, "-n", target)
+        assert not re.search(r"(^|[\s=])work/?(\s|$)", recipe), recipe
     # make lab again: the copies are kept, not replaced by fresh labs.
     assert "never overwritten" in serve_and_stop(course)
 

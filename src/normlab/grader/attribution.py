@@ -39,8 +39,8 @@ def called_names(source: str, candidates: set[str]) -> list[str]:
     return names
 
 
-def _cell_index(error: dict, cells: list[str]) -> int | None:
-    index = error.get("cell")
+def _cell_index(error, cells: list[str]) -> int | None:
+    index = getattr(error, "cell", None)
     if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(cells):
         return index
     return None
@@ -52,12 +52,12 @@ def _text(value, limit: int = _MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def learner_cells_message(errors: list[dict], cells: list[str], lab, results) -> str:
+def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
     """A header line, then one line per failing cell (at most three), put on the learner's code.
 
     Args:
-        errors: the cells' errors, as the child reported them (``cell``, ``error_type``,
-            ``message``).
+        errors: the cells' errors (``wire.CellError``: ``cell``, ``error_type``, ``message``),
+            each field checked by type when the reply was parsed.
         cells: the code cells' sources, as the grader read them from the notebook.
         lab: the lab (its checks say which names the learner defines).
         results: the check results of this submission, in the lab's order.
@@ -72,8 +72,8 @@ def learner_cells_message(errors: list[dict], cells: list[str], lab, results) ->
     for error in errors[:_SHOWN]:
         index = _cell_index(error, cells)
         where = f"code cell {index + 1}" if index is not None else "a code cell"
-        kind = _text(error.get("error_type"), 60) or "an error"
-        message = _text(error.get("message"))
+        kind = _text(error.error_type, 60) or "an error"
+        message = _text(error.message)
         if kind == "AssertionError":
             what = "failed its assertion" + (f": {message}" if message else "")
         else:
