@@ -25,16 +25,13 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "site"
 STAGE = ROOT / "build" / "site-src"
-DOCTREES = ROOT / "build" / "site-doctrees"
-# Sphinx writes here (MyST-NB keeps notebook images beside it, in build/jupyter_execute/);
-# the finished site is then copied to where it was asked for.
-HTML = ROOT / "build" / "site-html"
 
 STEM = re.compile(r"^(\d\d)_[a-z0-9_]+$")
 # [text](target) with a relative target; images (![..](..)) are left alone.
@@ -162,8 +159,8 @@ def home_page(extra_files: set[Path]) -> str:
     )
 
 
-def stage() -> Path:
-    """Write the staged sources; return the staging folder."""
+def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default folder
+    """Write the staged sources into ``STAGE``; return it."""
     if STAGE.exists():
         shutil.rmtree(STAGE)
     STAGE.mkdir(parents=True)
@@ -208,15 +205,22 @@ def build(out: Path, quiet: bool = True) -> float:
     from sphinx.cmd.build import build_main
 
     start = time.perf_counter()
-    stage()
-    arguments = ["-b", "html", "-c", str(SITE), "-d", str(DOCTREES), "-W", "--keep-going"]
-    arguments += ["-q"] if quiet else []
-    status = build_main([*arguments, str(STAGE), str(HTML)])
-    if status != 0:
-        raise SystemExit(f"the site build failed (sphinx-build exit status {status})")
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(HTML, out, ignore=shutil.ignore_patterns(".buildinfo", ".doctrees"))
+    # A folder of its own for each build, so that two builds at once (make site while the
+    # tests build it) never share staged files.
+    (ROOT / "build").mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="site-", dir=ROOT / "build"))
+    try:
+        staged, html = stage(work / "src"), work / "html"
+        arguments = ["-b", "html", "-c", str(SITE), "-d", str(work / "doctrees"), "-W"]
+        arguments += ["--keep-going", *(["-q"] if quiet else [])]
+        status = build_main([*arguments, str(staged), str(html)])
+        if status != 0:
+            raise SystemExit(f"the site build failed (sphinx-build exit status {status})")
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(html, out, ignore=shutil.ignore_patterns(".buildinfo", ".doctrees"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     (out / ".nojekyll").touch()  # GitHub Pages: serve the _static/ folders as they are
     return time.perf_counter() - start
 

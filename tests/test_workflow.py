@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -188,12 +189,12 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
     make(course, "format")
     # make test, cheaply: run its own lint and staleness lines as they are, and let pytest and
     # nbval collect what they would run (the whole suite is this test's caller).
-    for line in (
-        make(course, "-n", "test").splitlines() + make(course, "-n", "test-fast").splitlines()
-    ):
+    # make -n prints a recipe as written: join its continued lines first.
+    recipes = make(course, "-n", "test") + "\n" + make(course, "-n", "test-fast")
+    for line in recipes.replace("\\\n", " ").splitlines():
         if not line.strip() or line.startswith(("make", "touch")) or "pip install" in line:
             continue  # make's own notes and the one-time install steps
-        command = line.split()
+        command = shlex.split(line)
         if "pytest" in line:
             command += ["--collect-only", "-q"]
         done = subprocess.run(command, cwd=course, capture_output=True, text=True)
