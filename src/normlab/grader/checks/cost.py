@@ -651,6 +651,18 @@ def rms_fused_edges(sub):
     )
 
 
+def _layer_fused(sub, x, gamma, beta, what, tol=F64, dtype=None, into_out=False):
+    """One LayerNorm fused case: the oracle and the probes computed from the same arguments."""
+    expected = oracle_layer(x, gamma, beta, EPS)
+    candidates = evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS)
+    if into_out:
+        _fused_into_out(sub, "layernorm_fused", (x, gamma, beta), expected, candidates, what)
+    else:
+        _fused_case(
+            sub, "layernorm_fused", (x, gamma, beta), expected, candidates, what, tol, dtype
+        )
+
+
 @LAB.check(
     "LayerNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)",
     2,
@@ -661,26 +673,10 @@ def layer_fused_random(sub):
     for shape in [(6, 8), (2, 3, 16)]:
         gamma, beta = params(rng, shape[-1])
         x = rows(rng, shape)
-        _fused_case(
-            sub,
-            "layernorm_fused",
-            (x, gamma, beta),
-            oracle_layer(x, gamma, beta, EPS),
-            evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS),
-            f"x of shape {shape}",
-        )
+        _layer_fused(sub, x, gamma, beta, f"x of shape {shape}")
     gamma, beta = params(rng, 64, np.float32)
     x32 = rows(rng, (5, 64)).astype(np.float32)
-    _fused_case(
-        sub,
-        "layernorm_fused",
-        (x32, gamma, beta),
-        oracle_layer(x32, gamma, beta, EPS),
-        evaluate(FUSED_LAYER_PROBES, x32, gamma, beta, EPS),
-        "float32 x of shape (5, 64)",
-        F32,
-        np.float32,
-    )
+    _layer_fused(sub, x32, gamma, beta, "float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
 
 
 @LAB.check(
@@ -692,27 +688,18 @@ def layer_fused_offset(sub):
     rng = np.random.default_rng(731)
     gamma, beta = params(rng, 64, np.float32)
     x32 = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
-    _fused_case(
+    _layer_fused(
         sub,
-        "layernorm_fused",
-        (x32, gamma, beta),
-        oracle_layer(x32, gamma, beta, EPS),
-        evaluate(FUSED_LAYER_PROBES, x32, gamma, beta, EPS),
+        x32,
+        gamma,
+        beta,
         "float32 x = 1e4 + noise, shape (4, 64)",
-        OFFSET,
-        np.float32,
+        tol=OFFSET,
+        dtype=np.float32,
     )
     gamma, beta = params(rng, 64)
     x64 = 1e8 + rng.normal(size=(4, 64))
-    _fused_case(
-        sub,
-        "layernorm_fused",
-        (x64, gamma, beta),
-        oracle_layer(x64, gamma, beta, EPS),
-        evaluate(FUSED_LAYER_PROBES, x64, gamma, beta, EPS),
-        "float64 x = 1e8 + noise, shape (4, 64)",
-        OFFSET64,
-    )
+    _layer_fused(sub, x64, gamma, beta, "float64 x = 1e8 + noise, shape (4, 64)", tol=OFFSET64)
 
 
 @LAB.check(
@@ -728,28 +715,11 @@ def layer_fused_edges(sub):
     x[1] = 3.0 + 1e-3 * rng.normal(size=8)
     gamma, beta = params(rng, 8)
 
-    def case(x, gamma, beta, what):
-        _fused_case(
-            sub,
-            "layernorm_fused",
-            (x, gamma, beta),
-            oracle_layer(x, gamma, beta, EPS),
-            evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS),
-            what,
-        )
-
-    case(x, gamma, beta, "a constant row and a row of variance ~1e-6")
-    case(rows(rng, (5, 1)), gamma[:1], beta[:1], "d = 1")
-    case(rows(rng, (3, 16))[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2]")
+    _layer_fused(sub, x, gamma, beta, "a constant row and a row of variance ~1e-6")
+    _layer_fused(sub, rows(rng, (5, 1)), gamma[:1], beta[:1], "d = 1")
+    _layer_fused(sub, rows(rng, (3, 16))[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2]")
     x = rows(rng, (2, 3, 8))
-    _fused_into_out(
-        sub,
-        "layernorm_fused",
-        (x, gamma, beta),
-        oracle_layer(x, gamma, beta, EPS),
-        evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS),
-        "x of shape (2, 3, 8)",
-    )
+    _layer_fused(sub, x, gamma, beta, "x of shape (2, 3, 8)", into_out=True)
 
 
 # ----------------------------------------------------------------------------- counting checks
