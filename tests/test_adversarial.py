@@ -505,3 +505,33 @@ def test_from_scratch_is_judged_by_resolved_names_not_attribute_names():
         cells = ["import torch\nimport torch.nn.functional as F", source]
         assert any(hit in found for found in scan_source(cells, "f", forbidden)), source
         assert notebook_findings(cells, forbidden) or "requires_grad" in source, source
+
+
+class _ServerThatAnswersTooLate:
+    """A fork server that forked a child (which says it is ready on the pipes it was given)
+    but whose own answer came too late: the grader gives up on it and starts an interpreter."""
+
+    def spawn(self, workdir, env, fds, limits):
+        from normlab.grader.isolation import wire
+
+        wire.send(fds[1], {"ready": True})  # what the late server's child writes
+        raise OSError("the fork server did not answer")
+
+
+@pytest.mark.isolation
+def test_a_late_fork_servers_child_cannot_answer_for_the_fallback():
+    """On a loaded machine a fork server can fork a child and answer after the grader's wait.
+    The interpreter started instead must not share that child's pipes: its "ready" would be
+    read as the notebook's reply ("sent garbage") and cost the student the whole submission."""
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.sandbox import ChildSubmission, Isolation
+
+    isolation = Isolation(False, None, "separate processes (test)")
+    if os.geteuid() == 0:
+        from normlab.grader.isolation.sandbox import unprivileged_ids
+
+        isolation = Isolation(False, unprivileged_ids(False), "separate processes (test)")
+    cells = ["def double(x):\n    return 2 * x"]
+    with ChildSubmission(cells, DEFAULT, isolation, fork_server=_ServerThatAnswersTooLate()) as sub:
+        assert sub.has("double"), sub.dead_reason
+        assert float(sub.call("double", 21.0).items[0].array) == 42.0

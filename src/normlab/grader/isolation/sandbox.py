@@ -305,49 +305,62 @@ class ChildSubmission(core.Submission):
             "max_processes": self.limits.max_processes,
         }
 
-    def _spawn(self, request_read: int, reply_write: int) -> None:
+    def _spawn(self) -> tuple[int, int]:
+        """Start a child on a fresh pair of pipes; return the parent's ends (request, reply)."""
         limits = self._limits_for_child()
         home = SANDBOX_HOME if self.isolation.sandbox else self.workdir
         environment = child_environment(home)
         if self.isolation.run_as:
             environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.isolation.run_as)
         if self.fork_server is not None:
+            request_read, request_write, reply_read, reply_write = *os.pipe(), *os.pipe()
             try:
                 self.process = self.fork_server.spawn(
                     self.workdir, environment, (request_read, reply_write, self.log_fd), limits
                 )
-                return
+                return request_write, reply_read
             except OSError:
-                self.process = None  # no fork server: start an interpreter the slow way
+                # A server that stopped answering may still have forked a child holding these
+                # pipes: the fallback gets new ones, so nothing that child writes (its own
+                # "ready") can pass for the reply of the process we start now. It reads EOF.
+                self.process = None
+                os.close(request_write)
+                os.close(reply_read)
+            finally:
+                os.close(request_read)
+                os.close(reply_write)
+        request_read, request_write, reply_read, reply_write = *os.pipe(), *os.pipe()
         command = [sys.executable, "-I", "-m", "normlab.grader.isolation.worker"]
         command += [str(request_read), str(reply_write), json.dumps(limits)]
         if self.isolation.sandbox:
             command = bwrap_command(self.limits) + command
             environment["NORMLAB_NO_NANNY"] = "1"
-        with self.reaper.lock:  # tracked before the reaper can mistake it for an orphan
-            self.process = subprocess.Popen(
-                command,
-                pass_fds=(request_read, reply_write),
-                stdin=subprocess.DEVNULL,
-                stdout=self.log_fd,
-                stderr=subprocess.STDOUT,
-                cwd="/" if self.isolation.sandbox else self.workdir,
-                env=environment,
-                start_new_session=True,  # its own session: we kill everything in it
-            )
-            self.reaper.track(self.process.pid, session=self.process.pid)
-
-    def start(self) -> None:
-        """Start the child and run the notebook's cells in it."""
-        request_read, request_write = os.pipe()
-        reply_read, reply_write = os.pipe()
-        started = time.monotonic()
         try:
-            self._spawn(request_read, reply_write)
+            with self.reaper.lock:  # tracked before the reaper can mistake it for an orphan
+                self.process = subprocess.Popen(
+                    command,
+                    pass_fds=(request_read, reply_write),
+                    stdin=subprocess.DEVNULL,
+                    stdout=self.log_fd,
+                    stderr=subprocess.STDOUT,
+                    cwd="/" if self.isolation.sandbox else self.workdir,
+                    env=environment,
+                    start_new_session=True,  # its own session: we kill everything in it
+                )
+                self.reaper.track(self.process.pid, session=self.process.pid)
+        except BaseException:
+            os.close(request_write)
+            os.close(reply_read)
+            raise
         finally:
             os.close(request_read)
             os.close(reply_write)
-        self.request_fd, self.reply_fd = request_write, reply_read
+        return request_write, reply_read
+
+    def start(self) -> None:
+        """Start the child and run the notebook's cells in it."""
+        started = time.monotonic()
+        self.request_fd, self.reply_fd = self._spawn()
         os.set_blocking(self.request_fd, False)
         # The child imports its libraries before any learner code runs, then says it is ready:
         # that start-up (and a wait for the fork server) is the grader's time, not the student's.
