@@ -61,9 +61,12 @@ def language_switch(target: str, label: str) -> str:
     return f"```{{container}} normlab-lang\n[{label}]({target})\n```\n"
 
 
-def chapter_title(stem: str) -> str:
+def chapter_title(stem: str, lang: str = "en") -> str:
     """'03_layernorm' -> 'Layer normalization' (the chapter's heading without its number)."""
-    for line in (ROOT / "theory" / f"{stem}.md").read_text().splitlines():
+    chapter = ROOT / "theory" / f"{stem}.md"
+    if lang == "es" and (ROOT / "es" / "theory" / f"{stem}.md").is_file():
+        chapter = ROOT / "es" / "theory" / f"{stem}.md"
+    for line in chapter.read_text().splitlines():
         if line.startswith("# "):
             return re.sub(r"^\d+\.\s*", "", line[2:]).split(":")[0].strip()
     return stem
@@ -95,7 +98,7 @@ def pair_strip(stem: str, folder: str, lang: str = "en") -> str:
                 links.append(f"[{text}](../../notebooks/{name})")
             elif spanish(here, stem) is not None:
                 links.append(f"[{text}]({up}{here}/{name})")
-        title = chapter_title(stem)
+        title = chapter_title(stem, "es")
         twin = f"../../{folder}/{stem}{PAGE_SUFFIX[folder]}"
         switch = f" · [English]({twin})"
         return f"```{{container}} normlab-pair\n{stem[:2]} · {title}: {' · '.join(links)}{switch}\n```\n"
