@@ -120,6 +120,21 @@ def test_a_changed_english_markdown_cell_marks_its_translation_stale(course):
     assert code == 1 and "9a378402" in err, err
 
 
+def test_every_stale_entry_of_every_catalog_is_reported_at_once(course):
+    write_catalog(course, "04_rmsnorm", pseudo_catalog(course, "04_rmsnorm"))
+    edit_solution(course, "9a378402", "over the **last** axis", "over the **final** axis")
+    edit_solution(course, "b7561e95", "You will write, in NumPy:", "You will write:")
+    path = course / "solutions" / "04_rmsnorm.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    first = next(c for c in notebook.cells if c.cell_type == "markdown")
+    first.source += "\n\nOne more sentence."
+    nbformat.write(notebook, path)
+    code, err = build(course)
+    assert code == 1, err
+    for cell_id in ("9a378402", "b7561e95", first.id):
+        assert f"cell {cell_id} is stale" in err, err
+
+
 def test_a_changed_english_fragment_in_code_fails_naming_the_cell(course):
     edit_solution(course, "337112d6", "LayerNorm over the last axis of x.", "LayerNorm, last axis.")
     code, err = build(course)

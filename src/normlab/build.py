@@ -148,16 +148,22 @@ def spanish_labs(root: Path, solutions: list[Path], english: dict[str, str]) -> 
     """``es/labs/NAME`` text for every solution that has an ``es/catalog/STEM.json``."""
     from normlab import translation
 
-    out = {}
+    out, problems = {}, []
     for path in solutions:
         catalog_file = translation.catalog_path(root, path.stem)
         if not catalog_file.is_file():
             continue
-        catalog = translation.load_catalog(catalog_file)
-        solution = nbformat.read(path, as_version=4)
-        lab = nbformat.reads(english[path.name], as_version=4)
-        spanish = translation.translate_lab(lab, solution, catalog, path.stem, strip_markdown)
+        try:
+            catalog = translation.load_catalog(catalog_file)
+            solution = nbformat.read(path, as_version=4)
+            lab = nbformat.reads(english[path.name], as_version=4)
+            spanish = translation.translate_lab(lab, solution, catalog, path.stem, strip_markdown)
+        except translation.TranslationError as error:
+            problems.append(str(error))  # every catalog's problems at once
+            continue
         out[path.name] = render(spanish)
+    if problems:
+        raise translation.TranslationError("\nnormlab labs: ".join(problems))
     return out
 
 

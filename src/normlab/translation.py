@@ -189,12 +189,12 @@ def translate_lab(
     where = f"{LANG}/catalog/{stem}.json"
     english = {cell.get("id"): cell for cell in solution.cells}
     entries = catalog["cells"]
-    for cell_id in entries:
-        if cell_id not in english:
-            raise TranslationError(
-                f"{where}: cell {cell_id} does not exist in solutions/{stem}.ipynb "
-                "(deleted, or its id changed): remove or re-key the entry"
-            )
+    problems = [
+        f"{where}: cell {cell_id} does not exist in solutions/{stem}.ipynb "
+        "(deleted, or its id changed): remove or re-key the entry"
+        for cell_id in entries
+        if cell_id not in english
+    ]
     out = nbformat.from_dict(json.loads(json.dumps(lab)))
     out.metadata["normlab"] = {
         **lab.metadata.get("normlab", {}),
@@ -206,54 +206,64 @@ def translate_lab(
         entry = entries.get(cell_id)
         if entry is None:
             continue
-        if not isinstance(entry, dict):
-            raise TranslationError(f"{where}: cell {cell_id}: the entry must be an object")
-        source = english[cell_id].source
-        if cell.cell_type == "markdown":
-            if "markdown" not in entry or "en_sha256" not in entry:
-                raise TranslationError(
-                    f'{where}: cell {cell_id} is a Markdown cell: give "markdown" and "en_sha256"'
-                )
-            if entry["en_sha256"] != cell_sha256(source):
-                raise TranslationError(
-                    f"{where}: cell {cell_id} is stale: the English Markdown of "
-                    f"solutions/{stem}.ipynb changed since it was translated (en_sha256 "
-                    f"{str(entry['en_sha256'])[:12]}..., now {cell_sha256(source)[:12]}...): "
-                    'update "markdown", then its en_sha256'
-                )
-            spanish = entry["markdown"]
-            if "BEGIN SOLUTION" in source and "BEGIN SOLUTION" not in spanish:
-                raise TranslationError(
-                    f"{where}: cell {cell_id}: the English cell marks an answer region "
-                    "(### BEGIN SOLUTION ... ### END SOLUTION); keep the markers"
-                )
-            cell.source = strip_markdown(spanish, f"{where} cell {cell_id}")
-        elif cell.cell_type == "code":
-            if "markdown" in entry:
-                raise TranslationError(
-                    f'{where}: cell {cell_id} is a code cell: translate it with "replace"'
-                )
-            text = cell.source
-            for pair in entry.get("replace", []):
-                if not (isinstance(pair, list) and len(pair) == 2 and all(map(_is_str, pair))):
-                    raise TranslationError(
-                        f"{where}: cell {cell_id}: each replace entry is [English, Spanish]"
-                    )
-                fragment, spanish = pair
-                if not fragment or fragment not in text:
-                    raise TranslationError(
-                        f"{where}: cell {cell_id}: the English fragment {fragment!r} does not "
-                        f"occur in the lab cell (the English code text changed?)"
-                    )
-                text = text.replace(fragment, spanish)
-            if _code_shape(text) != _code_shape(cell.source):
-                raise TranslationError(
-                    f"{where}: cell {cell_id}: after the replacements the code is not the "
-                    "same apart from strings and comments (an identifier or a quote was "
-                    "translated?)"
-                )
-            cell.source = text
+        try:
+            _translate_cell(cell, entry, english[cell_id].source, where, strip_markdown)
+        except TranslationError as error:
+            problems.append(str(error))
+    if problems:
+        raise TranslationError("\n".join(problems))
     return out
+
+
+def _translate_cell(cell, entry, source: str, where: str, strip_markdown) -> None:
+    """Put one catalog entry's Spanish into one lab cell (in place)."""
+    cell_id = cell.get("id")
+    if not isinstance(entry, dict):
+        raise TranslationError(f"{where}: cell {cell_id}: the entry must be an object")
+    if cell.cell_type == "markdown":
+        if "markdown" not in entry or "en_sha256" not in entry:
+            raise TranslationError(
+                f'{where}: cell {cell_id} is a Markdown cell: give "markdown" and "en_sha256"'
+            )
+        if entry["en_sha256"] != cell_sha256(source):
+            raise TranslationError(
+                f"{where}: cell {cell_id} is stale: its English Markdown changed since it "
+                f"was translated (en_sha256 {str(entry['en_sha256'])[:12]}..., now "
+                f'{cell_sha256(source)[:12]}...): update "markdown", then '
+                f"`normlab translations stamp {where} --cell {cell_id}`"
+            )
+        spanish = entry["markdown"]
+        if "BEGIN SOLUTION" in source and "BEGIN SOLUTION" not in spanish:
+            raise TranslationError(
+                f"{where}: cell {cell_id}: the English cell marks an answer region "
+                "(### BEGIN SOLUTION ... ### END SOLUTION); keep the markers"
+            )
+        cell.source = strip_markdown(spanish, f"{where} cell {cell_id}")
+    elif cell.cell_type == "code":
+        if "markdown" in entry:
+            raise TranslationError(
+                f'{where}: cell {cell_id} is a code cell: translate it with "replace"'
+            )
+        text = cell.source
+        for pair in entry.get("replace", []):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(map(_is_str, pair))):
+                raise TranslationError(
+                    f"{where}: cell {cell_id}: each replace entry is [English, Spanish]"
+                )
+            fragment, spanish = pair
+            if not fragment or fragment not in text:
+                raise TranslationError(
+                    f"{where}: cell {cell_id}: the English fragment {fragment!r} does not "
+                    f"occur in the lab cell (the English code text changed?)"
+                )
+            text = text.replace(fragment, spanish)
+        if _code_shape(text) != _code_shape(cell.source):
+            raise TranslationError(
+                f"{where}: cell {cell_id}: after the replacements the code is not the "
+                "same apart from strings and comments (an identifier or a quote was "
+                "translated?)"
+            )
+        cell.source = text
 
 
 def _is_str(value) -> bool:
