@@ -675,3 +675,33 @@ def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(path):
         for output in cell.outputs
     ]
     assert reports and all("not implemented yet" in r or "no answer yet" in r for r in reports)
+
+
+def test_diff_shows_what_changed_in_the_english_since_the_translation(course):
+    import subprocess
+
+    def git(*arguments):
+        subprocess.run(
+            ["git", "-c", "user.email=a@b", "-c", "user.name=a", *arguments],
+            cwd=course,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q")
+    write_sample_edition(course)
+    git("add", "-A")
+    git("commit", "-qm", "translated")
+    with open(course / "theory" / f"{STEM}.md", "a", encoding="utf-8") as stream:
+        stream.write("\nA sentence added later.\n")
+    edit_solution(course, "9a378402", "over the **last** axis", "over the **final** axis")
+    git("commit", "-qam", "English edited")
+    chapter = translation.english_changes(course, course / "es" / "theory" / f"{STEM}.md")
+    assert "+A sentence added later." in chapter and "(translated, " in chapter, chapter
+    catalog = course / "es" / "catalog" / f"{STEM}.json"
+    cell = translation.english_changes(course, catalog, "9a378402")
+    removed = [ln for ln in cell.splitlines() if ln.startswith("-") and "**last**" in ln]
+    added = [ln for ln in cell.splitlines() if ln.startswith("+") and "**final**" in ln]
+    assert len(removed) == len(added) == 1, cell
+    unchanged = translation.english_changes(course, catalog, "b7561e95")
+    assert "unchanged since it was translated" in unchanged

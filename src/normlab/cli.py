@@ -232,6 +232,14 @@ def _translations(args) -> int:
     from normlab import translation
 
     root = Path(args.root)
+    if args.action == "diff":
+        if len(args.paths) != 1:
+            print("normlab translations diff: name one Spanish file", file=sys.stderr)
+            return 2
+        path = Path(args.paths[0])
+        path = path if path.is_absolute() else Path.cwd() / path
+        print(translation.english_changes(root, path, (args.cell or [None])[0]))
+        return 0
     if args.action == "stamp":
         if not args.paths:
             print("normlab translations stamp: name the Spanish file(s)", file=sys.stderr)
@@ -418,9 +426,12 @@ def main(argv: list[str] | None = None) -> int:
         description="check (default): stale stamps, parity (headings, equations, numbers, code, "
         "figures, links), broken links, incomplete lab catalogs. stamp FILE...: record the "
         "English file's current hash in an updated Spanish file; for a catalog "
-        "(es/catalog/STEM.json) give --cell ID for each updated cell.",
+        "(es/catalog/STEM.json) give --cell ID for each updated cell. diff FILE [--cell ID]: "
+        "what changed in the English since the version the Spanish file (or cell) translates.",
     )
-    translations.add_argument("action", nargs="?", choices=["check", "stamp"], default="check")
+    translations.add_argument(
+        "action", nargs="?", choices=["check", "diff", "stamp"], default="check"
+    )
     translations.add_argument("paths", nargs="*", metavar="FILE")
     translations.add_argument("--cell", action="append", metavar="ID", help="catalog cell id")
     translations.add_argument("--root", default=".", help="the course checkout (default: .)")
