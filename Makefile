@@ -21,12 +21,12 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 .PHONY: help lab test test-fast bench labs grade lint format clean-venv site
 
 help:
-	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT))"
+	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.ipynb"
 	@echo "make test   - set up .venv (first time) and run the whole suite"
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
 	@echo "make grade  - grade your copies of the labs in $(WORK)/ (your progress)"
-	@echo "make labs   - regenerate labs/ from solutions/ (authors; never touches $(WORK)/)"
+	@echo "make labs   - regenerate labs/ and es/labs/ from solutions/ and es/catalog/ (authors; never touches $(WORK)/)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
 	@echo "make site   - build the course website into _site/ (offline; open _site/index.html)"
 
@@ -41,6 +41,7 @@ $(VENV)/.installed: pyproject.toml
 
 lab: $(VENV)/.installed
 	$(VENV)/bin/normlab work --folder $(WORK)
+	@test ! -f es/START_HERE.ipynb || echo "Español: la página de inicio en español es http://localhost:$(PORT)/lab/tree/es/START_HERE.ipynb (ábrela en el navegador de JupyterLab; si pide un token, usa el de la URL de abajo)"
 	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) \
 	  --LabApp.default_url=/lab/tree/START_HERE.ipynb --LabApp.app_settings_dir=$(LAB_SETTINGS)
 

@@ -10,6 +10,9 @@ Two steps, both offline:
    read-only view and how to run it; links to the solution *notebooks*, which the site does
    not publish, become plain text; other local files a page links to (a benchmark script,
    its quoted results) are copied so that their links still work.
+   The Spanish edition, where it exists (``es/theory``, ``es/solutions``, ``es/labs``,
+   ``es/README.md``), is staged the same way under ``es/``, with its own home page
+   (``es/index``); every page that exists in both languages links to its other-language twin.
 2. **Build** the staged copy with Sphinx + MyST-NB (notebooks are *not* executed) into OUT.
    Warnings are errors, so a link that does not resolve fails the build.
 
@@ -42,16 +45,40 @@ def stems() -> list[str]:
     return sorted(p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md"))
 
 
-def chapter_title(stem: str) -> str:
+# A page's folder and suffix -> (its Spanish twin's path, its English twin's path).
+PAGE_SUFFIX = {"theory": ".md", "solutions": ".md", "labs": ".ipynb", "notebooks": ".ipynb"}
+
+
+def spanish(folder: str, stem: str) -> Path | None:
+    """The Spanish twin of a page (``es/theory/03_layernorm.md``), if the edition has it."""
+    if folder == "notebooks":
+        return None  # the demos are English only
+    path = ROOT / "es" / folder / f"{stem}{PAGE_SUFFIX[folder]}"
+    return path if path.is_file() else None
+
+
+def language_switch(target: str, label: str) -> str:
+    return f"```{{container}} normlab-lang\n[{label}]({target})\n```\n"
+
+
+def chapter_title(stem: str, lang: str = "en") -> str:
     """'03_layernorm' -> 'Layer normalization' (the chapter's heading without its number)."""
-    for line in (ROOT / "theory" / f"{stem}.md").read_text().splitlines():
+    chapter = ROOT / "theory" / f"{stem}.md"
+    if lang == "es" and (ROOT / "es" / "theory" / f"{stem}.md").is_file():
+        chapter = ROOT / "es" / "theory" / f"{stem}.md"
+    for line in chapter.read_text().splitlines():
         if line.startswith("# "):
             return re.sub(r"^\d+\.\s*", "", line[2:]).split(":")[0].strip()
     return stem
 
 
-def pair_strip(stem: str, folder: str) -> str:
-    """Links from a page in ``folder`` to the four pages of its stem, as a MyST block."""
+def pair_strip(stem: str, folder: str, lang: str = "en") -> str:
+    """Links from a page in ``folder`` to the four pages of its stem, as a MyST block.
+
+    A Spanish page (``lang="es"``, staged under ``es/FOLDER``) links to the Spanish chapter, lab
+    and worked solutions and to the English demo; every page links to its twin in the other
+    language where that exists.
+    """
     up = "../" if folder else ""
     parts = [
         ("theory", f"{stem}.md", "chapter"),
@@ -59,12 +86,33 @@ def pair_strip(stem: str, folder: str) -> str:
         ("labs", f"{stem}.ipynb", "lab"),
         ("solutions", f"{stem}.md", "worked solutions"),
     ]
+    if lang == "es":
+        labels = {"chapter": "capítulo", "demo": "demo (en inglés)", "lab": "laboratorio"}
+        labels["worked solutions"] = "soluciones"
+        links = []
+        for here, name, label in parts:
+            text = labels[label]
+            if here == folder:
+                links.append(f"**{text}**")
+            elif here == "notebooks":
+                links.append(f"[{text}](../../notebooks/{name})")
+            elif spanish(here, stem) is not None:
+                links.append(f"[{text}]({up}{here}/{name})")
+        title = chapter_title(stem, "es")
+        twin = f"../../{folder}/{stem}{PAGE_SUFFIX[folder]}"
+        switch = f" · [English]({twin})"
+        return f"```{{container}} normlab-pair\n{stem[:2]} · {title}: {' · '.join(links)}{switch}\n```\n"
     links = " · ".join(
         f"**{label}**" if here == folder else f"[{label}]({up}{here}/{name})"
         for here, name, label in parts
     )
     number = stem[:2]
-    return f"```{{container}} normlab-pair\n{number} · {chapter_title(stem)}: {links}\n```\n"
+    switch = ""
+    if spanish(folder, stem) is not None:
+        switch = f" · [Español]({up}es/{folder}/{stem}{PAGE_SUFFIX[folder]})"
+    return (
+        f"```{{container}} normlab-pair\n{number} · {chapter_title(stem)}: {links}{switch}\n```\n"
+    )
 
 
 def lab_note(stem: str) -> str:
@@ -89,6 +137,25 @@ def lab_note(stem: str) -> str:
     )
 
 
+def lab_note_es(stem: str) -> str:
+    """The note at the top of a Spanish lab page."""
+    return (
+        ":::{admonition} Vista de solo lectura del laboratorio\n:class: tip\n"
+        "Aquí puedes leer el laboratorio; lo rellenas en Jupyter, donde cada celda "
+        "`check(...)` te dice al momento si tu código es correcto. Ejecútalo en tu máquina "
+        "con `make lab` (tu copia está en `work/es/`) o en un Jupyter alojado (Binder, Colab): "
+        "ver [Running the labs](../../docs/running.md) (en inglés). "
+        f"{{download}}`Descargar este notebook <{stem}.ipynb>`.\n:::\n"
+    )
+
+
+# Pages of the repository that the site publishes (repository-relative), filled in by stage();
+# a link to another .md or .ipynb file becomes plain text.
+PUBLISHED: set[Path] = set()
+# Staged where the repository has them elsewhere: the READMEs are the home pages.
+STAGED_AS = {Path("README.md"): Path("index.md"), Path("es/README.md"): Path("es/index.md")}
+
+
 def rewrite_links(text: str, page: Path, extra_files: set[Path]) -> str:
     """Unpublished solution notebooks -> plain text; note other local files to copy."""
 
@@ -104,6 +171,13 @@ def rewrite_links(text: str, page: Path, extra_files: set[Path]) -> str:
             return match.group(0)
         if relative.parts[0] == "solutions" and relative.suffix == ".ipynb":
             return label  # the full lab with answers is in the repository, not on the site
+        if relative in STAGED_AS:
+            staged_page = STAGED_AS.get(page.relative_to(ROOT), page.relative_to(ROOT))
+            new = os.path.relpath(STAGED_AS[relative], staged_page.parent)
+            anchor = target.split("#", 1)[1] if "#" in target else ""
+            return f"[{label}]({new}{'#' + anchor if anchor else ''})"
+        if PUBLISHED and relative.suffix in (".md", ".ipynb") and relative not in PUBLISHED:
+            return label  # START_HERE.ipynb, a learner's work/ copy: not pages of the site
         if resolved.is_file() and relative.suffix not in (".md", ".ipynb"):
             extra_files.add(relative)
         return match.group(0)
@@ -149,6 +223,12 @@ def home_page(extra_files: set[Path]) -> str:
         return f"\n```{{toctree}}\n:caption: {caption}\n:hidden:\n\n{body}\n```\n"
 
     docs = sorted(p.stem for p in (ROOT / "docs").glob("*.md") if p.stem != "running")
+    spanish_home = ""
+    if spanish_pages():
+        readme = insert_after_title(
+            readme, language_switch("es/index.md", "Español: la edición en español")
+        )
+        spanish_home = toctree("Español", ["es/index"])
     return (
         readme
         + toctree("Chapters", [f"theory/{s}" for s in all_stems])
@@ -156,7 +236,33 @@ def home_page(extra_files: set[Path]) -> str:
         + toctree("Labs", ["docs/running", *[f"labs/{s}" for s in all_stems]])
         + toctree("Worked solutions", [f"solutions/{s}" for s in all_stems])
         + toctree("For instructors", [f"docs/{d}" for d in docs])
+        + spanish_home
     )
+
+
+def spanish_pages() -> dict[str, list[str]]:
+    """Folder -> the stems the Spanish edition has a page for (chapters, worked solutions, labs)."""
+    found = {}
+    for folder in ("theory", "solutions", "labs"):
+        have = [s for s in stems() if spanish(folder, s) is not None]
+        if have:
+            found[folder] = have
+    return found
+
+
+def spanish_home_page(extra_files: set[Path]) -> str:
+    """es/index: the Spanish README (or a title), a link back, and the Spanish navigation."""
+    readme = ROOT / "es" / "README.md"
+    if readme.is_file():
+        text = rewrite_links(readme.read_text(), readme, extra_files)
+    else:
+        text = "# normlab en español\n"
+    text = insert_after_title(text, language_switch("../index.md", "English: the English edition"))
+    captions = {"theory": "Capítulos", "labs": "Laboratorios", "solutions": "Soluciones"}
+    for folder, have in spanish_pages().items():
+        body = "\n".join(f"{folder}/{s}" for s in have)
+        text += f"\n```{{toctree}}\n:caption: {captions[folder]}\n:hidden:\n\n{body}\n```\n"
+    return text
 
 
 def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default folder
@@ -165,6 +271,12 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
         shutil.rmtree(STAGE)
     STAGE.mkdir(parents=True)
     extra_files: set[Path] = set()
+    PUBLISHED.clear()
+    for stem in stems():
+        PUBLISHED.update(Path(f) / f"{stem}{PAGE_SUFFIX[f]}" for f in PAGE_SUFFIX)
+    PUBLISHED.update(p.relative_to(ROOT) for p in (ROOT / "docs").glob("*.md"))
+    for folder, have in spanish_pages().items():
+        PUBLISHED.update(Path("es") / folder / f"{s}{PAGE_SUFFIX[folder]}" for s in have)
     for stem in stems():
         stage_markdown(
             ROOT / "theory" / f"{stem}.md",
@@ -192,6 +304,17 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
         )
     for document in sorted((ROOT / "docs").glob("*.md")):
         stage_markdown(document, STAGE / "docs" / document.name, extra_files)
+    for folder, have in spanish_pages().items():
+        for stem in have:
+            source = spanish(folder, stem)
+            target = STAGE / "es" / folder / source.name
+            if folder == "labs":
+                block = pair_strip(stem, folder, "es") + "\n" + lab_note_es(stem)
+                stage_notebook(source, target, extra_files, block)
+            else:
+                stage_markdown(source, target, extra_files, pair_strip(stem, folder, "es"))
+    if spanish_pages():
+        (STAGE / "es" / "index.md").write_text(spanish_home_page(extra_files))
     shutil.copytree(ROOT / "theory" / "figures", STAGE / "theory" / "figures")
     (STAGE / "index.md").write_text(home_page(extra_files))
     for relative in sorted(extra_files):

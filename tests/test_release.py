@@ -193,3 +193,63 @@ def test_edition_labs_grade_zero_fresh_and_full_when_filled(edition, tmp_path):
     assert {k: (s["score"], s["error"]) for k, s in full.items()} == {
         k: (s["max_score"], None) for k, s in full.items()
     }
+
+
+# ----------------------------------------------------------------------------- the Spanish edition
+
+
+@pytest.fixture(scope="module")
+def spanish_edition(tmp_path_factory):
+    """The student edition of a course copy that has a Spanish edition: the sample chapter 03
+    and, for every lab, its catalog (the repository's, or a pseudo-translation)."""
+    from spanish_sample import pseudo_catalog, write_catalog, write_sample_edition
+    from test_workflow import course_copy
+
+    from normlab.build import build_all
+
+    course = course_copy(tmp_path_factory.mktemp("es-course"))
+    if not (course / "es" / "theory").is_dir():
+        write_sample_edition(course)
+    for stem in all_labs():
+        if not (course / "es" / "catalog" / f"{stem}.json").is_file():
+            write_catalog(course, stem, pseudo_catalog(course, stem))
+    assert build_all(course) == 0
+    out = tmp_path_factory.mktemp("es-release") / "edition"
+    assert write_release(course, out) == 0
+    return out
+
+
+def test_spanish_edition_ships_chapters_labs_and_start_page_not_solutions(spanish_edition):
+    names = {p.relative_to(spanish_edition).as_posix() for p in spanish_edition.rglob("*")}
+    assert {"es/theory", "es/labs", "es/START_HERE.ipynb", "es/README.md"} <= names
+    assert {f"es/labs/{stem}.ipynb" for stem in all_labs()} <= names
+    assert not [n for n in names if n.startswith(("es/solutions", "es/catalog"))]
+    assert "es/README.md" in (spanish_edition / "README.md").read_text()
+
+
+def test_no_answer_region_is_in_the_spanish_labs(spanish_edition):
+    assert leaks_in(spanish_edition / "es") == []
+    # The same search does find the answers in a Spanish lab that holds them.
+    lab = spanish_edition / "es" / "labs" / "03_layernorm.ipynb"
+    filled = spanish_edition.parent / "filled-es"
+    filled.mkdir()
+    (filled / lab.name).write_bytes(lab.read_bytes())
+    fill_with_solutions(filled / lab.name, ROOT / "solutions")
+    assert leaks_in(filled)
+
+
+def test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled(spanish_edition, tmp_path):
+    fresh = grade_with_edition(spanish_edition, spanish_edition / "es" / "labs")
+    assert len(fresh) == len(all_labs())
+    assert all(s["score"] == 0 and s["max_score"] > 0 for s in fresh.values()), fresh
+    from test_spanish import fill_answer_regions
+
+    filled = tmp_path / "filled"
+    filled.mkdir()
+    for lab in (spanish_edition / "es" / "labs").glob("*.ipynb"):
+        (filled / lab.name).write_bytes(lab.read_bytes())
+        fill_answer_regions(filled / lab.name, ROOT / "solutions" / lab.name)
+    full = grade_with_edition(spanish_edition, filled)
+    assert {k: (s["score"], s["error"]) for k, s in full.items()} == {
+        k: (s["max_score"], None) for k, s in full.items()
+    }

@@ -74,12 +74,21 @@ def site(tmp_path_factory) -> Path:
             f"the site builder is not installed ({', '.join(missing)} missing): "
             "pip install -e '.[site]' (make test and make site install it)"
         )
-    sys.path.insert(0, str(ROOT / "site"))
+    out = tmp_path_factory.mktemp("site") / "_site"
+    source = ROOT
+    if not (ROOT / "es" / "theory").is_dir():
+        # No Spanish pages yet: build a copy of the course with the sample Spanish chapter, so
+        # that the Spanish section and the language links are built and checked all the same.
+        from test_workflow import course_copy, with_spanish_edition
+
+        source = with_spanish_edition(course_copy(tmp_path_factory.mktemp("course")))
+    sys.path.insert(0, str(source / "site"))
     try:
+        sys.modules.pop("build", None)
         import build as site_build
     finally:
-        sys.path.remove(str(ROOT / "site"))
-    out = tmp_path_factory.mktemp("site") / "_site"
+        sys.path.remove(str(source / "site"))
+        sys.modules.pop("build", None)
     site_build.build(out)
     return out
 
@@ -188,6 +197,24 @@ def test_chapter_lab_demo_and_solution_link_to_each_other(site, stem):
     for page in four:
         assert four - {page} <= _links_from(site, page), f"{page} lacks a link to its pair"
     assert "docs/running.html" in _links_from(site, f"labs/{stem}.html")
+
+
+def test_both_languages_link_to_each_other(site):
+    """The Spanish section: its home page, and a link between every page and its twin."""
+    assert "es/index.html" in _links_from(site, "index.html")
+    assert "index.html" in _links_from(site, "es/index.html")
+    spanish = sorted(
+        p.relative_to(site / "es").as_posix()
+        for p in (site / "es").rglob("*.html")
+        if p.name != "index.html"
+    )
+    assert {page.split("/")[0] for page in spanish} == {"theory", "solutions", "labs"}, spanish
+    for page in spanish:
+        assert page in _links_from(site, f"es/{page}"), f"es/{page} lacks its English twin"
+        assert f"es/{page}" in _links_from(site, page), f"{page} lacks its Spanish twin"
+        assert f"es/{page}" in _links_from(site, "es/index.html"), f"es/index lacks es/{page}"
+    home = (site / "es" / "index.html").read_text()
+    assert "English" in home
 
 
 # --- in a real browser ------------------------------------------------------------------------

@@ -73,7 +73,9 @@ def make(course, *arguments, timeout=600):
 
 
 def serve_and_stop(course):
-    """`make lab` on a free port: wait for the start page's URL, fetch it, stop the server."""
+    """`make lab` on a free port: wait for the start page's URL, fetch it, stop the server.
+
+    Where the course has a Spanish start page, `make lab` names its URL too, and it opens."""
     from test_setup import fetch
 
     port = free_port()
@@ -111,6 +113,16 @@ def serve_and_stop(course):
         )
         viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
         assert viewers.get("markdown") == "Markdown Preview", viewers
+        if (course / "es" / "START_HERE.ipynb").is_file():
+            spanish = f"http://localhost:{port}/lab/tree/es/START_HERE.ipynb"
+            assert spanish in "".join(log), "".join(log[-20:])
+            assert b"JupyterLab" in fetch(f"{spanish}?token={token}", process, log)
+            contents = fetch(
+                f"http://localhost:{port}/api/contents/es/START_HERE.ipynb?token={token}",
+                process,
+                log,
+            )
+            assert json.loads(contents)["type"] == "notebook"
         return "".join(log)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -156,21 +168,45 @@ def test_copying_never_overwrites_and_fills_what_is_missing(tmp_path):
     assert (course / "work" / "02_b.ipynb").read_text() == "original 02"
 
 
+def with_spanish_edition(course):
+    """Give a course copy a Spanish edition if it has none: the sample chapter 03, its start
+    page and one lab catalog (tests/spanish_sample.py), and its generated lab."""
+    from spanish_sample import write_sample_edition
+
+    from normlab.build import build_all
+
+    if not (course / "es" / "START_HERE.ipynb").is_file():
+        write_sample_edition(course)
+        assert build_all(course) == 0
+    return course
+
+
+def learner_files(work):
+    return {p.relative_to(work).as_posix(): p.read_bytes() for p in work.rglob("*") if p.is_file()}
+
+
 @pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
 def test_filled_labs_survive_every_readme_command(tmp_path):
-    course = course_copy(tmp_path / "course")
+    course = with_spanish_edition(course_copy(tmp_path / "course"))
     serve_and_stop(course)  # make lab: makes the learner's copies, then serves
     work = course / "work"
     labs = sorted(p.name for p in (course / "labs").glob("[0-9][0-9]_*.ipynb"))
     assert sorted(p.name for p in work.glob("*.ipynb")) == labs
+    spanish = sorted(p.name for p in (course / "es" / "labs").glob("[0-9][0-9]_*.ipynb"))
+    assert spanish and sorted(p.name for p in (work / "es").glob("*.ipynb")) == spanish
     for name in labs:
         fill_with_solutions(work / name, course / "solutions")
-    before = {p.name: p.read_bytes() for p in work.iterdir()}
+    for name in spanish:
+        fill_with_solutions(work / "es" / name, course / "solutions")
+    before = learner_files(work)
 
     # make grade: grades the learner's copies, and every filled lab earns full marks.
     graded = make(course, "grade")
     rows = re.findall(r"work/(\d\d_\w+)\.ipynb\s+\S+\s+(\d+)/(\d+)", graded)
     assert sorted(f"{stem}.ipynb" for stem, _, _ in rows) == labs, graded
+    assert all(got == total for _, got, total in rows), graded
+    rows = re.findall(r"work/es/(\d\d_\w+)\.ipynb\s+\S+\s+(\d+)/(\d+)", graded)
+    assert sorted(f"{stem}.ipynb" for stem, _, _ in rows) == spanish, graded
     assert all(got == total for _, got, total in rows), graded
     # The instructor's form of the command, on the learner's folder, writes elsewhere.
     normlab = VENV / "bin" / "normlab"
@@ -208,8 +244,7 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
     # make lab again: the copies are kept, not replaced by fresh labs.
     assert "never overwritten" in serve_and_stop(course)
 
-    after = {p.name: p.read_bytes() for p in work.iterdir()}
-    assert after == before
+    assert learner_files(work) == before
 
 
 if __name__ == "__main__":

@@ -144,49 +144,95 @@ def render(notebook: nbformat.NotebookNode) -> str:
     return nbformat.writes(notebook) + "\n"
 
 
+def spanish_labs(root: Path, solutions: list[Path], english: dict[str, str]) -> dict[str, str]:
+    """``es/labs/NAME`` text for every solution that has an ``es/catalog/STEM.json``."""
+    from normlab import translation
+
+    out, problems = {}, []
+    for path in solutions:
+        catalog_file = translation.catalog_path(root, path.stem)
+        if not catalog_file.is_file():
+            continue
+        try:
+            catalog = translation.load_catalog(catalog_file)
+            solution = nbformat.read(path, as_version=4)
+            lab = nbformat.reads(english[path.name], as_version=4)
+            spanish = translation.translate_lab(lab, solution, catalog, path.stem, strip_markdown)
+        except translation.TranslationError as error:
+            problems.append(str(error))  # every catalog's problems at once
+            continue
+        out[path.name] = render(spanish)
+    if problems:
+        raise translation.TranslationError("\nnormlab labs: ".join(problems))
+    return out
+
+
 def build_all(root: Path, check: bool = False, stems: list[str] | None = None) -> int:
     """Write (or, with ``check``, compare) every lab, or only those of ``stems``.
 
+    Also the Spanish labs ``es/labs/STEM.ipynb`` of the stems with an ``es/catalog/STEM.json``.
     Returns a process exit status.
     """
+    from normlab.translation import TranslationError
+
     solutions = sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    catalogs = sorted((root / "es" / "catalog").glob("*.json"))
+    orphan_catalogs = sorted({p.stem for p in catalogs} - {p.stem for p in solutions})
+    if orphan_catalogs:
+        print(
+            f"normlab labs: es/catalog/{orphan_catalogs[0]}.json has no "
+            f"solutions/{orphan_catalogs[0]}.ipynb",
+            file=sys.stderr,
+        )
+        return 1
     if stems:
         unknown = sorted(set(stems) - {path.stem for path in solutions})
         if unknown:
             print(f"normlab labs: no solutions/{unknown[0]}.ipynb", file=sys.stderr)
             return 2
         solutions = [path for path in solutions if path.stem in stems]
-    labs_dir = root / "labs"
-    expected = {}
+    folders = {"labs": root / "labs", "es/labs": root / "es" / "labs"}
+    expected: dict[str, dict[str, str]] = {"labs": {}, "es/labs": {}}
     try:
         for path in solutions:
             notebook = nbformat.read(path, as_version=4)
-            expected[path.name] = render(make_lab(notebook, path.stem))
-    except BuildError as error:
+            expected["labs"][path.name] = render(make_lab(notebook, path.stem))
+        expected["es/labs"] = spanish_labs(root, solutions, expected["labs"])
+    except (BuildError, TranslationError) as error:
         print(f"normlab labs: {error}", file=sys.stderr)
         return 1
     if check:
         problems = []
-        for name, text in expected.items():
-            target = labs_dir / name
-            if not target.exists():
-                problems.append(f"missing: labs/{name}")
-            elif target.read_text(encoding="utf-8") != text:
-                problems.append(f"stale: labs/{name} differs from what solutions/{name} generates")
-        for extra in sorted(labs_dir.glob("*.ipynb")):
-            if extra.name not in expected and not stems:
-                problems.append(f"orphan: labs/{extra.name} has no solutions/{extra.name}")
+        for folder, texts in expected.items():
+            for name, text in texts.items():
+                target = folders[folder] / name
+                source = f"solutions/{name}" + (
+                    f" and es/catalog/{name[: -len('.ipynb')]}.json" if folder != "labs" else ""
+                )
+                if not target.exists():
+                    problems.append(f"missing: {folder}/{name}")
+                elif target.read_text(encoding="utf-8") != text:
+                    problems.append(f"stale: {folder}/{name} differs from what {source} generates")
+            for extra in sorted(folders[folder].glob("*.ipynb")):
+                if extra.name not in texts and not stems:
+                    origin = f"solutions/{extra.name}"
+                    if folder != "labs":
+                        origin = f"es/catalog/{extra.stem}.json"
+                    problems.append(f"orphan: {folder}/{extra.name} has no {origin}")
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
-            print("run `make labs` to regenerate labs/ from solutions/", file=sys.stderr)
+            print("run `make labs` to regenerate labs/ and es/labs/", file=sys.stderr)
             return 1
-        print(f"labs/ is up to date ({len(expected)} labs)")
+        spanish = len(expected["es/labs"])
+        print(f"labs/ is up to date ({len(expected['labs'])} labs; {spanish} in es/labs/)")
         return 0
-    labs_dir.mkdir(exist_ok=True)
-    for name, text in expected.items():
-        (labs_dir / name).write_text(text, encoding="utf-8")
-        print(f"wrote labs/{name}")
+    for folder, texts in expected.items():
+        if texts:
+            folders[folder].mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            (folders[folder] / name).write_text(text, encoding="utf-8")
+            print(f"wrote {folder}/{name}")
     return 0
 
 
@@ -201,22 +247,48 @@ To start a lab over, rename or delete your copy and run `make lab` (or `normlab 
 """
 
 
+WORK_README_ES = """# Tu trabajo (edición en español)
+
+Esta carpeta guarda tus copias de los laboratorios en español: rellena estas, no `es/labs/`.
+`make lab` (o `normlab work`) copia aquí un laboratorio solo si aún no tienes una copia, y
+ningún comando del curso sobrescribe un archivo de esta carpeta. `make grade` califica lo que
+hay aquí y en `work/`.
+
+Para empezar de nuevo un laboratorio, cambia el nombre de tu copia o bórrala y vuelve a
+ejecutar `make lab` (o `normlab work`).
+"""
+
+
 def copy_missing_labs(root: Path, work: str = "work", quiet: bool = False) -> int:
     """Give the learner a copy of every lab they do not have yet in ``root/work``.
 
+    The Spanish labs (``es/labs/``), where the course has them, go to ``root/work/es``.
     A file already in ``work/`` is never written, whatever it holds: it is the learner's.
-    When the course's lab has changed since the learner's copy was made, say so (and keep the
-    copy). Returns a process exit status.
+    Returns a process exit status.
     """
     labs_dir, work_dir = root / "labs", root / work
-    labs = sorted(labs_dir.glob("[0-9][0-9]_*.ipynb"))
-    if not labs:
+    if not sorted(labs_dir.glob("[0-9][0-9]_*.ipynb")):
         print(f"normlab work: no labs in {labs_dir}", file=sys.stderr)
         return 2
+    editions = [(labs_dir, work_dir, WORK_README, "labs", work)]
+    spanish = root / "es" / "labs"
+    if sorted(spanish.glob("[0-9][0-9]_*.ipynb")):
+        editions.append((spanish, work_dir / "es", WORK_README_ES, "es/labs", f"{work}/es"))
+    for source, target_dir, readme, source_name, target_name in editions:
+        _copy_edition(source, target_dir, readme, source_name, target_name, quiet)
+    return 0
+
+
+def _copy_edition(labs_dir, work_dir, readme, labs_name, work_name, quiet) -> None:
+    labs = sorted(labs_dir.glob("[0-9][0-9]_*.ipynb"))
     work_dir.mkdir(exist_ok=True)
     note = work_dir / "README.md"
     if not note.exists():
-        note.write_text(WORK_README, encoding="utf-8")
+        try:
+            with open(note, "x", encoding="utf-8") as stream:
+                stream.write(readme)
+        except FileExistsError:
+            pass
     copied = []
     for lab in labs:
         target = work_dir / lab.name
@@ -230,8 +302,7 @@ def copy_missing_labs(root: Path, work: str = "work", quiet: bool = False) -> in
         copied.append(target.name)
     if not quiet:
         for name in copied:
-            print(f"copied labs/{name} -> {work}/{name} (your copy to fill in)")
+            print(f"copied {labs_name}/{name} -> {work_name}/{name} (your copy to fill in)")
         kept = len(labs) - len(copied)
         if kept:
-            print(f"kept your {kept} lab(s) already in {work}/ (never overwritten)")
-    return 0
+            print(f"kept your {kept} lab(s) already in {work_name}/ (never overwritten)")

@@ -1,4 +1,5 @@
-"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``release``, ``merge``, ``export``."""
+"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``release``, ``merge``,
+``export``, ``translations``."""
 
 from __future__ import annotations
 
@@ -227,6 +228,65 @@ def _release(args) -> int:
     return write_release(Path(args.root), Path(args.out))
 
 
+def _translations(args) -> int:
+    from normlab import translation
+
+    root = Path(args.root)
+    if args.action == "diff":
+        if len(args.paths) != 1:
+            print("normlab translations diff: name one Spanish file", file=sys.stderr)
+            return 2
+        path = Path(args.paths[0])
+        path = path if path.is_absolute() else Path.cwd() / path
+        print(translation.english_changes(root, path, (args.cell or [None])[0]))
+        return 0
+    if args.action == "stamp":
+        if not args.paths:
+            print("normlab translations stamp: name the Spanish file(s)", file=sys.stderr)
+            return 2
+        for raw in args.paths:
+            path = Path(raw)
+            if not path.is_absolute():
+                path = Path.cwd() / path
+            if path.suffix == ".json":
+                stem = path.stem
+                if not args.cell:
+                    stale = translation.stale_catalog_cells(root, stem)
+                    print(
+                        f"normlab translations stamp: {raw}: give --cell ID for each cell you "
+                        f"have updated (stale now: {', '.join(stale) or 'none'})",
+                        file=sys.stderr,
+                    )
+                    return 2
+                unknown = translation.stamp_catalog_cells(root, stem, args.cell)
+                if unknown:
+                    print(f"normlab translations stamp: no entry {unknown[0]}", file=sys.stderr)
+                    return 2
+                print(f"stamped {len(args.cell)} cell(s) of {raw}")
+                continue
+            try:
+                translation.restamp(root, path)
+            except (ValueError, OSError) as error:
+                print(f"normlab translations stamp: {raw}: {error}", file=sys.stderr)
+                return 2
+            print(f"stamped {raw}")
+        return 0
+    problems = translation.edition_problems(root)
+    missing = {stem: parts for stem, parts in translation.coverage(root).items() if parts}
+    for stem, parts in missing.items():
+        claimed = " (claimed in SPANISH_CHAPTERS!)" if stem in translation.SPANISH_CHAPTERS else ""
+        print(f"not translated yet: {stem}: {', '.join(parts)}{claimed}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    claimed_missing = [s for s in missing if s in translation.SPANISH_CHAPTERS]
+    if problems or claimed_missing:
+        return 1
+    print(
+        f"the Spanish files are in step with the English ({len(translation.stamped_files(root))} stamped files)"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from normlab.grader.isolation.limits import DEFAULT as DEFAULT_LIMITS
 
@@ -359,6 +419,23 @@ def main(argv: list[str] | None = None) -> int:
     release.add_argument("out", metavar="OUT", help="a new or empty folder")
     release.add_argument("--root", default=".", help="the course checkout (default: .)")
     release.set_defaults(run=_release)
+
+    translations = commands.add_parser(
+        "translations",
+        help="check the Spanish edition against the English, or restamp an updated translation",
+        description="check (default): stale stamps, parity (headings, equations, numbers, code, "
+        "figures, links), broken links, incomplete lab catalogs. stamp FILE...: record the "
+        "English file's current hash in an updated Spanish file; for a catalog "
+        "(es/catalog/STEM.json) give --cell ID for each updated cell. diff FILE [--cell ID]: "
+        "what changed in the English since the version the Spanish file (or cell) translates.",
+    )
+    translations.add_argument(
+        "action", nargs="?", choices=["check", "diff", "stamp"], default="check"
+    )
+    translations.add_argument("paths", nargs="*", metavar="FILE")
+    translations.add_argument("--cell", action="append", metavar="ID", help="catalog cell id")
+    translations.add_argument("--root", default=".", help="the course checkout (default: .)")
+    translations.set_defaults(run=_translations)
 
     args = parser.parse_args(argv)
     if args.command == "grade":

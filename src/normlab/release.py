@@ -1,8 +1,10 @@
 """``normlab release OUT/``: the student edition of the course, without its answers.
 
 The edition holds the chapters, the labs, the demos, the start page and the package that
-``check()`` imports. It leaves out the solution notebooks, the worked solutions, the tests and
-the instructor's documents, and it removes every lab answer from what it ships:
+``check()`` imports, and the same of the Spanish edition (``es/theory``, ``es/labs``,
+``es/START_HERE.ipynb``, ``es/README.md``). It leaves out the solution notebooks, the worked
+solutions (also ``es/solutions``), the Spanish lab catalog, the tests and the instructor's
+documents, and it removes every lab answer from what it ships:
 
 * answer keys in the check modules (the letter given to ``expect_choice`` and module-level
   strings equal to a top-level answer, such as ``POSTLN_FIXES``) become salted hashes
@@ -30,8 +32,13 @@ import nbformat
 from normlab.build import BEGIN, END
 from normlab.grader import keys
 
-SHIPPED = ["theory", "labs", "notebooks", "benchmarks", "jupyterlab-settings"]
+# The Spanish edition ships its chapters, labs, start page and README; its worked solutions
+# (es/solutions) and the lab catalog (es/catalog, which holds the solution notebooks' text) stay
+# with the instructor like the English ones.
+SHIPPED = ["theory", "labs", "notebooks", "benchmarks", "jupyterlab-settings", "es/theory"]
+SHIPPED += ["es/labs"]
 SHIPPED_FILES = ["START_HERE.ipynb", "pyproject.toml", "environment.yml", ".gitignore"]
+SHIPPED_FILES += ["es/START_HERE.ipynb", "es/README.md"]
 DEMO_STUB = "the student edition leaves this out: it is an answer of lab {lab}"
 
 
@@ -262,6 +269,14 @@ def _edition_readme(root: Path) -> str:
             "hand in with the same grader in a sandbox and with checks you have not seen; that",
             "grade is the authority.",
             "",
+            *(
+                [
+                    "Español: [es/README.md](es/README.md) · [es/START_HERE.ipynb](es/START_HERE.ipynb)",
+                    "",
+                ]
+                if (root / "es" / "README.md").is_file()
+                else []
+            ),
             "| stem | chapter | lab | demo |",
             "|---|---|---|---|",
             *rows,
@@ -308,6 +323,7 @@ def _write(root: Path, out: Path, index: AnswerIndex) -> None:
             shutil.copytree(root / folder, out / folder, ignore=ignore)
     for name in SHIPPED_FILES:
         if (root / name).is_file():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, out / name)
     (out / "README.md").write_text(_edition_readme(root), encoding="utf-8")
     (out / "Makefile").write_text(_edition_makefile(root), encoding="utf-8")

@@ -1,0 +1,707 @@
+"""The Spanish edition (es/) keeps in step with the English, and its labs are generated and grade.
+
+Three kinds of test:
+
+* the generator (``normlab labs`` -> ``es/labs/``) and the edition's rules, on temporary copies
+  of the course with sample Spanish files (tests/spanish_sample.py), so that they hold whatever
+  the translators have delivered;
+* the Spanish files that exist in the repository, each against its English file: parity
+  (headings, equations, numbers, inline code, code blocks, figures, link targets, practice
+  labels), links and anchors, freshness of the stamps, completeness of the lab catalogs;
+* drift: each check is shown to fail on a deliberately changed copy.
+
+``SPANISH_CHAPTERS`` (src/normlab/translation.py) lists the chapters the edition claims to cover;
+the coverage test fails when a claimed chapter lacks a part and reports (as a skip) the
+chapters not translated yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+
+import nbformat
+import pytest
+from conftest import ROOT, grade_json
+from spanish_sample import (
+    STEM,
+    pseudo_catalog,
+    sample_catalog,
+    solution_cells,
+    stamp,
+    write_catalog,
+    write_sample_edition,
+)
+
+from normlab import translation
+from normlab.build import build_all, copy_missing_labs
+from normlab.grader.grade import parse_notebook
+from normlab.grader.registry import all_labs, lab_for_path
+
+ES = ROOT / "es"
+SPANISH_MARKDOWN = translation.spanish_markdown(ROOT)
+STAMPED = translation.stamped_files(ROOT)
+CATALOGS = sorted((ES / "catalog").glob("*.json"))
+SPANISH_LABS = sorted((ES / "labs").glob("[0-9][0-9]_*.ipynb"))
+
+
+def rel(path):
+    return path.relative_to(ROOT).as_posix()
+
+
+def build(root, **kwargs):
+    """build_all in ``root``: (exit status, stderr)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = build_all(root, **kwargs)
+    return code, err.getvalue()
+
+
+@pytest.fixture
+def course(tmp_path):
+    """The parts of the course the generator reads, with the sample catalog of 03_layernorm."""
+    for folder in ("solutions", "theory", "notebooks", "docs"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    for name in ("README.md", "START_HERE.ipynb"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    write_catalog(tmp_path, STEM, sample_catalog(tmp_path))
+    return tmp_path
+
+
+def edit_solution(course, cell_id, old, new):
+    path = course / "solutions" / f"{STEM}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in notebook.cells if c.id == cell_id]
+    assert old in cell.source
+    cell.source = cell.source.replace(old, new)
+    nbformat.write(notebook, path)
+
+
+# ----------------------------------------------------------------------------- the generator
+
+
+def test_spanish_lab_is_the_english_lab_with_the_catalog_text(course):
+    assert build(course) == (0, "")
+    english = nbformat.read(course / "labs" / f"{STEM}.ipynb", as_version=4)
+    spanish = nbformat.read(course / "es" / "labs" / f"{STEM}.ipynb", as_version=4)
+    assert [c.id for c in spanish.cells] == [c.id for c in english.cells]
+    assert [c.cell_type for c in spanish.cells] == [c.cell_type for c in english.cells]
+    assert [c.metadata for c in spanish.cells] == [c.metadata for c in english.cells]
+    assert all(c.outputs == [] for c in spanish.cells if c.cell_type == "code")
+    translated = {"b7561e95", "9a378402", "337112d6"}
+    for en, es in zip(english.cells, spanish.cells, strict=True):
+        if en.id not in translated:
+            assert es.source == en.source, en.id
+    by_id = {c.id: c for c in spanish.cells}
+    assert by_id["b7561e95"].source.startswith("# Laboratorio 03 — LayerNorm desde cero")
+    code = by_id["337112d6"].source
+    assert '"""LayerNorm sobre el último eje de x.' in code
+    assert 'raise NotImplementedError("tu código aquí' in code
+    assert "def layernorm_forward(x, gamma, beta, eps=1e-5):" in code
+    assert "### BEGIN SOLUTION" not in json.dumps(spanish)
+    assert spanish.metadata["normlab"]["lang"] == "es"
+    assert spanish.metadata["normlab"]["lab"] == STEM
+    assert "lang" not in english.metadata["normlab"]  # the English labs are unchanged
+    # The grader reads the lab from the metadata (or the file name) of a Spanish lab too.
+    raw = (course / "es" / "labs" / f"{STEM}.ipynb").read_bytes()
+    _, metadata = parse_notebook(raw)
+    assert lab_for_path(course / "renamed.ipynb", metadata).stem == STEM
+    assert build(course, check=True) == (0, "")
+
+
+def test_a_changed_english_markdown_cell_marks_its_translation_stale(course):
+    edit_solution(course, "9a378402", "over the **last** axis", "over the **final** axis")
+    code, err = build(course)
+    assert code == 1 and "9a378402" in err and "stale" in err, err
+    code, err = build(course, check=True)
+    assert code == 1 and "9a378402" in err, err
+
+
+def test_every_stale_entry_of_every_catalog_is_reported_at_once(course):
+    write_catalog(course, "04_rmsnorm", pseudo_catalog(course, "04_rmsnorm"))
+    edit_solution(course, "9a378402", "over the **last** axis", "over the **final** axis")
+    edit_solution(course, "b7561e95", "You will write, in NumPy:", "You will write:")
+    path = course / "solutions" / "04_rmsnorm.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    first = next(c for c in notebook.cells if c.cell_type == "markdown")
+    first.source += "\n\nOne more sentence."
+    nbformat.write(notebook, path)
+    code, err = build(course)
+    assert code == 1, err
+    for cell_id in ("9a378402", "b7561e95", first.id):
+        assert f"cell {cell_id} is stale" in err, err
+
+
+def test_a_changed_english_fragment_in_code_fails_naming_the_cell(course):
+    edit_solution(course, "337112d6", "LayerNorm over the last axis of x.", "LayerNorm, last axis.")
+    code, err = build(course)
+    assert code == 1 and "337112d6" in err and "LayerNorm over the last axis of x." in err, err
+
+
+def test_an_entry_for_a_cell_that_does_not_exist_fails(course):
+    catalog = sample_catalog(course)
+    catalog["cells"]["deadbeef"] = {"replace": [["x", "y"]]}
+    write_catalog(course, STEM, catalog)
+    code, err = build(course)
+    assert code == 1 and "deadbeef" in err and "does not exist" in err, err
+
+
+def test_a_translated_identifier_is_refused(course):
+    catalog = sample_catalog(course)
+    catalog["cells"]["337112d6"]["replace"].append(["def layernorm_forward", "def capa_forward"])
+    write_catalog(course, STEM, catalog)
+    code, err = build(course)
+    assert code == 1 and "337112d6" in err and "strings and comments" in err, err
+
+
+def test_a_markdown_entry_on_a_code_cell_and_a_missing_hash_are_refused(course):
+    catalog = sample_catalog(course)
+    catalog["cells"]["1721a320"] = {"en_sha256": "0" * 64, "markdown": "texto"}
+    write_catalog(course, STEM, catalog)
+    code, err = build(course)
+    assert code == 1 and "1721a320" in err, err
+    catalog = sample_catalog(course)
+    del catalog["cells"]["b7561e95"]["en_sha256"]
+    write_catalog(course, STEM, catalog)
+    code, err = build(course)
+    assert code == 1 and "b7561e95" in err, err
+
+
+def test_check_reports_missing_stale_and_orphan_spanish_labs(course):
+    code, err = build(course, check=True)
+    assert code == 1 and f"missing: es/labs/{STEM}.ipynb" in err, err
+    assert build(course)[0] == 0
+    catalog = sample_catalog(course)
+    catalog["cells"]["b7561e95"]["markdown"] += "\n\nUna frase más."
+    write_catalog(course, STEM, catalog)
+    code, err = build(course, check=True)
+    assert code == 1 and f"stale: es/labs/{STEM}.ipynb" in err, err
+    assert build(course)[0] == 0
+    (course / "es" / "catalog" / f"{STEM}.json").unlink()
+    code, err = build(course, check=True)
+    assert code == 1 and f"orphan: es/labs/{STEM}.ipynb" in err, err
+    write_catalog(course, "42_nothing", {"cells": {}})
+    code, err = build(course)
+    assert code == 1 and "42_nothing" in err, err
+
+
+def test_one_stem_builds_its_spanish_lab_alone(course):
+    write_catalog(course, "04_rmsnorm", pseudo_catalog(course, "04_rmsnorm"))
+    assert build(course, stems=[STEM])[0] == 0
+    assert sorted(p.name for p in (course / "es" / "labs").iterdir()) == [f"{STEM}.ipynb"]
+
+
+def test_pseudo_translation_of_every_lab_builds_and_keeps_the_code(course):
+    """A catalog entry for every Markdown cell and every comment of every lab is accepted."""
+    for stem in all_labs():
+        write_catalog(course, stem, pseudo_catalog(course, stem))
+    assert build(course) == (0, "")
+    for stem in all_labs():
+        assert translation.catalog_problems(course, stem) == []
+        spanish = nbformat.read(course / "es" / "labs" / f"{stem}.ipynb", as_version=4)
+        assert all(c.source.count("(es)") for c in spanish.cells if c.cell_type == "markdown")
+
+
+def test_a_markdown_answer_region_must_keep_its_markers(course):
+    path = course / "solutions" / f"{STEM}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    answer = nbformat.v4.new_markdown_cell(
+        "Why?\n### BEGIN SOLUTION\nbecause x - mu = 0\n### END SOLUTION"
+    )
+    answer.id = "a1b2c3d4"
+    notebook.cells.append(answer)
+    nbformat.write(notebook, path)
+    catalog = sample_catalog(course)
+    english = solution_cells(course)["a1b2c3d4"]
+    from spanish_sample import cell_hash
+
+    catalog["cells"]["a1b2c3d4"] = {
+        "en_sha256": cell_hash(english),
+        "markdown": "¿Por qué? x - mu = 0",
+    }
+    write_catalog(course, STEM, catalog)
+    code, err = build(course)
+    assert code == 1 and "a1b2c3d4" in err and "BEGIN SOLUTION" in err, err
+    catalog["cells"]["a1b2c3d4"]["markdown"] = (
+        "¿Por qué?\n### BEGIN SOLUTION\nporque x - mu = 0\n### END SOLUTION"
+    )
+    write_catalog(course, STEM, catalog)
+    assert build(course)[0] == 0
+    spanish = (course / "es" / "labs" / f"{STEM}.ipynb").read_text()
+    assert "porque x - mu" not in spanish and "*YOUR ANSWER HERE*" in spanish
+
+
+def test_copying_gives_the_spanish_labs_and_never_overwrites(course):
+    assert build(course)[0] == 0
+    (course / "work" / "es").mkdir(parents=True)
+    mine = course / "work" / "es" / f"{STEM}.ipynb"
+    mine.write_text("my Spanish work")
+    assert copy_missing_labs(course, quiet=True) == 0
+    assert mine.read_text() == "my Spanish work"
+    assert (course / "work" / f"{STEM}.ipynb").read_text() == (
+        course / "labs" / f"{STEM}.ipynb"
+    ).read_text()
+    mine.unlink()
+    assert copy_missing_labs(course, quiet=True) == 0
+    assert mine.read_text() == (course / "es" / "labs" / f"{STEM}.ipynb").read_text()
+    assert (course / "work" / "es" / "README.md").is_file()
+
+
+# ----------------------------------------------------------------------------- the real files
+
+
+@pytest.mark.parametrize("spanish", SPANISH_MARKDOWN, ids=rel)
+def test_translation_has_the_same_structure_math_numbers_code_and_links(spanish):
+    where = rel(spanish)
+    english = translation.english_of(where)
+    assert (ROOT / english).is_file(), f"{where} translates a file that does not exist"
+    problems = translation.parity_problems(
+        (ROOT / english).read_text(encoding="utf-8"),
+        english,
+        spanish.read_text(encoding="utf-8"),
+        where,
+    )
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "spanish",
+    [*SPANISH_MARKDOWN, *[p for p in (ES / "README.md", ES / "START_HERE.ipynb") if p.is_file()]],
+    ids=rel,
+)
+def test_every_link_and_anchor_of_a_spanish_file_resolves(spanish):
+    if spanish.suffix == ".ipynb":
+        notebook = nbformat.read(spanish, as_version=4)
+        text = "\n\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    else:
+        text = spanish.read_text(encoding="utf-8")
+    assert translation.link_problems(ROOT, text, rel(spanish), translation.WORK_AS) == []
+
+
+@pytest.mark.parametrize("spanish", STAMPED, ids=rel)
+def test_translation_stamp_is_fresh(spanish):
+    assert translation.stamp_problem(ROOT, spanish) is None
+
+
+@pytest.mark.parametrize("catalog", CATALOGS, ids=lambda p: p.stem)
+def test_catalog_covers_every_markdown_cell_and_is_fresh(catalog):
+    assert translation.catalog_problems(ROOT, catalog.stem) == []
+    assert translation.stale_catalog_cells(ROOT, catalog.stem) == []
+    assert translation.catalog_parity_problems(ROOT, catalog.stem) == []
+
+
+def test_claimed_chapters_are_complete_and_the_rest_are_listed():
+    stems = {p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md")}
+    assert set(translation.SPANISH_CHAPTERS) <= stems, "SPANISH_CHAPTERS names unknown stems"
+    missing = {stem: parts for stem, parts in translation.coverage(ROOT).items() if parts}
+    claimed = {s: p for s, p in missing.items() if s in translation.SPANISH_CHAPTERS}
+    assert claimed == {}, f"claimed in SPANISH_CHAPTERS but not translated: {claimed}"
+    for stem in translation.SPANISH_CHAPTERS:
+        assert (ES / "labs" / f"{stem}.ipynb").is_file(), f"no es/labs/{stem}.ipynb: make labs"
+    if translation.SPANISH_CHAPTERS:  # an edition that claims chapters has its front pages
+        assert (ES / "README.md").is_file() and (ES / "START_HERE.ipynb").is_file()
+    if missing:
+        pytest.skip(
+            "not translated yet (not claimed): "
+            + "; ".join(f"{stem}: {', '.join(parts)}" for stem, parts in missing.items())
+        )
+
+
+def test_the_start_page_offers_the_spanish_one():
+    notebook = nbformat.read(ROOT / "START_HERE.ipynb", as_version=4)
+    text = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    assert "Español: [es/START_HERE.ipynb](es/START_HERE.ipynb)" in text
+    assert "es/START_HERE.ipynb" in (ROOT / "Makefile").read_text()
+
+
+# ----------------------------------------------------------------------------- drift
+
+ENGLISH = """# 3. Layer normalization
+
+Intro: Ba et al. (2016), §3.1 and Table 1. With $\\varepsilon = 10^{-5}$ and the mean
+$\\mu = \\frac1d \\sum_i x_i$, a batch of 1,000 tokens costs 23.6% more; `eps=1e-5` by default.
+
+![The output against epsilon](figures/03_layernorm_eps.png)
+
+## The math
+
+$$\\hat x = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\varepsilon}}$$
+
+1. First step: 0.9288 after 12 blocks.
+2. Second step, see the [demo](../notebooks/03_layernorm.ipynb#a-small-helper-checked-against-pytorch).
+
+```python
+y = layernorm_forward(x, gamma, beta)  # a comment
+```
+
+### Shape rule
+
+Keep `(B, L, 1)`. See [the practice problems](#practice-problems) and
+[arXiv:1607.06450](https://arxiv.org/abs/1607.06450).
+
+## Practice problems
+
+1. With $d = 1$, why is $y = \\beta$? (a) the mean, (b) the variance.
+   ([worked solution](../solutions/03_layernorm.md#problem-1))
+2. What is $\\hat x$ for $d = 2$?
+"""
+
+SPANISH = """# 3. Normalización por capas
+
+Introducción: Ba et al. (2016), §3.1 y la Tabla 1. Con $\\varepsilon = 10^{-5}$ y la media $\\mu =
+\\frac1d \\sum_i x_i$, un lote de 1,000 tokens cuesta un 23.6% más; `eps=1e-5` por defecto.
+
+![La salida frente a épsilon](../../theory/figures/03_layernorm_eps.png)
+
+## Las matemáticas
+
+$$\\hat x = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\varepsilon}}$$
+
+1. Primer paso: 0.9288 tras 12 bloques.
+2. Segundo paso, ver la [demo](../../notebooks/03_layernorm.ipynb#a-small-helper-checked-against-pytorch).
+
+```python
+y = layernorm_forward(x, gamma, beta)  # a comment
+```
+
+### Regla de formas
+
+Conserva `(B, L, 1)`. Ver [los problemas de práctica](#problemas-de-práctica) y
+[arXiv:1607.06450](https://arxiv.org/abs/1607.06450).
+
+## Problemas de práctica
+
+1. Con $d = 1$, ¿por qué $y = \\beta$? (a) la media, (b) la varianza.
+   ([solución](../solutions/03_layernorm.md#problema-1))
+2. ¿Cuánto vale $\\hat x$ para $d = 2$?
+"""
+
+SOLUTIONS_ES = "# 3. Soluciones\n\n## Problema 1\n\nTexto.\n"
+
+
+def parity(spanish, english=ENGLISH):
+    return translation.parity_problems(
+        english, "theory/03_layernorm.md", spanish, "es/theory/03_layernorm.md"
+    )
+
+
+DRIFTS = {  # name: (text of the faithful translation, what replaces it, the problem reported)
+    "an equation changed": ("\\sigma^2 + \\varepsilon}}$$", "\\sigma^2}}$$", "math"),
+    "an inline equation changed": ("$d = 2$", "$d = 3$", "math"),
+    "a heading dropped": ("### Regla de formas\n", "", "heading"),
+    "a heading level changed": ("### Regla", "## Regla", "heading"),
+    "a number changed": ("0.9288", "0.9289", "numbers"),
+    "a number dropped": (" tras 12 bloques", "", "numbers"),
+    "a number added": ("Primer paso", "Primer paso (de 3)", "numbers"),
+    "a decimal comma": ("23.6%", "23,6%", "numbers"),
+    "a section number changed": ("§3.1", "§3.2", "numbers"),
+    "a list item dropped": ("2. ¿Cuánto vale $\\hat x$ para $d = 2$?\n", "", "math"),
+    "an inline code span translated": ("`eps=1e-5`", "`épsilon=1e-5`", "code spans"),
+    "a code block changed": ("# a comment", "# un comentario", "code blocks"),
+    "a figure dropped": (
+        "![La salida frente a épsilon](../../theory/figures/03_layernorm_eps.png)",
+        "",
+        "figures",
+    ),
+    "a notebook link changed": ("notebooks/03_layernorm", "notebooks/04_rmsnorm", "link"),
+    "a URL changed": ("abs/1607.06450)", "abs/1607.06451)", "external"),
+    "a practice label dropped": (" (b) la varianza.", " la varianza.", "labels"),
+}
+
+
+def test_a_faithful_translation_passes():
+    assert parity(SPANISH) == []
+
+
+@pytest.mark.parametrize("name", DRIFTS)
+def test_parity_fails_on_a_drifted_translation(name):
+    original, replacement, expected = DRIFTS[name]
+    assert original in SPANISH, f"the drift {name!r} does not apply"
+    drifted = SPANISH.replace(original, replacement, 1)
+    problems = parity(drifted)
+    assert problems and any(expected in p for p in problems), problems
+
+
+def _spans(text):
+    """Where the math, numbers and headings of a real Spanish file are (for drifting it)."""
+    math = re.search(r"\$\$([^$]+)\$\$|\$([^$\n]+)\$", text)
+    number = re.search(r"(?<![\w.$\\{^_-])\d+\.\d+(?![\w$])", text)
+    headings = [m for m in re.finditer(r"^#{2,6} .*\n", text, re.M)]
+    return math, number, headings
+
+
+@pytest.mark.parametrize(
+    "spanish", SPANISH_MARKDOWN or [None], ids=lambda p: rel(p) if p else "sample"
+)
+def test_parity_fails_on_drifted_copies_of_the_real_translations(spanish, tmp_path):
+    """Each real Spanish file with one equation changed, one heading dropped, one number
+    changed: parity (or the links) must notice each."""
+    if spanish is None:
+        english_where, where, english, text = (
+            "theory/03_layernorm.md",
+            "es/theory/03_layernorm.md",
+            ENGLISH,
+            SPANISH,
+        )
+    else:
+        where = rel(spanish)
+        english_where = translation.english_of(where)
+        english = (ROOT / english_where).read_text(encoding="utf-8")
+        text = spanish.read_text(encoding="utf-8")
+    math, number, headings = _spans(text)
+    drifted = []
+    if math:
+        drifted.append(text[: math.end() - 1] + " + 1" + text[math.end() - 1 :])
+    if number:
+        digit = number.group(0)[-1]
+        changed = number.group(0)[:-1] + ("7" if digit != "7" else "3")
+        drifted.append(text[: number.start()] + changed + text[number.end() :])
+    if headings:
+        last = headings[-1]
+        drifted.append(text[: last.start()] + text[last.end() :])
+    assert len(drifted) == 3, "the file has no equation, decimal number or heading to drift"
+    for copy in drifted:
+        assert translation.parity_problems(english, english_where, copy, where), copy[:200]
+
+
+def test_links_must_resolve_and_point_to_the_spanish_pages(course):
+    write_sample_edition(course)
+    (course / "es" / "theory" / f"{STEM}.md").write_text(
+        stamp(course, f"theory/{STEM}.md") + SPANISH
+    )
+    (course / "es" / "solutions" / f"{STEM}.md").write_text(SOLUTIONS_ES)
+    where = f"es/theory/{STEM}.md"
+    assert translation.link_problems(course, SPANISH, where) == []
+    broken = {
+        "#problema-1)": "#problem-1)",  # the English anchor
+        "(#problemas-de-práctica)": "(#problemas-de-practica)",  # the accent dropped
+        "(../../theory/figures/03_layernorm_eps.png)": "(../theory/figures/03_layernorm_eps.png)",
+        "(../solutions/03_layernorm.md#problema-1)": "(../../solutions/03_layernorm.md#problem-1)",
+        "(../../notebooks/03_layernorm.ipynb#a-small-helper-checked-against-pytorch)": "(../../notebooks/03_layernorm.ipynb#no-such)",
+    }
+    for good, bad in broken.items():
+        assert good in SPANISH, good
+        assert translation.link_problems(course, SPANISH.replace(good, bad), where), bad
+
+
+def test_staleness_when_the_english_changes_after_stamping(course):
+    write_sample_edition(course)
+    stamped = translation.stamped_files(course)
+    assert {p.relative_to(course).as_posix() for p in stamped} == {
+        f"es/theory/{STEM}.md",
+        f"es/solutions/{STEM}.md",
+        "es/README.md",
+        "es/START_HERE.ipynb",
+    }
+    assert [translation.stamp_problem(course, p) for p in stamped] == [None] * 4
+    for english in (f"theory/{STEM}.md", f"solutions/{STEM}.md", "README.md"):
+        with open(course / english, "a", encoding="utf-8") as stream:
+            stream.write("\nOne more English sentence.\n")
+    notebook = nbformat.read(course / "START_HERE.ipynb", as_version=4)
+    notebook.cells[0].source += "\n\nOne more English sentence."
+    nbformat.write(notebook, course / "START_HERE.ipynb")
+    problems = [translation.stamp_problem(course, p) for p in stamped]
+    assert all(p and "stale" in p for p in problems), problems
+    # Restamping (after updating the translation) makes them fresh again.
+    for path in stamped:
+        translation.restamp(course, path)
+    assert [translation.stamp_problem(course, p) for p in stamped] == [None] * 4
+    first = (course / "es" / "theory" / f"{STEM}.md").read_text().splitlines()[:2]
+    assert (
+        first[0].startswith("<!-- es: translation of")
+        and first[1] == "# 3. Normalización por capas"
+    )
+    # No stamp, or a stamp that names another file, is an error too.
+    path = course / "es" / "theory" / f"{STEM}.md"
+    body = path.read_text().split("\n", 1)[1]
+    path.write_text(body)
+    assert "no translation stamp" in translation.stamp_problem(course, path)
+    path.write_text(stamp(course, "theory/04_rmsnorm.md") + body)
+    assert "names theory/04_rmsnorm.md" in translation.stamp_problem(course, path)
+
+
+def test_catalog_staleness_incompleteness_and_restamping_a_cell(course):
+    assert translation.catalog_problems(course, STEM)  # the sample translates 2 of 13 cells
+    full = pseudo_catalog(course, STEM)
+    write_catalog(course, STEM, full)
+    assert translation.catalog_problems(course, STEM) == []
+    assert translation.stale_catalog_cells(course, STEM) == []
+    edit_solution(course, "9a378402", "over the **last** axis", "over the **final** axis")
+    assert translation.stale_catalog_cells(course, STEM) == ["9a378402"]
+    assert translation.stamp_catalog_cells(course, STEM, ["9a378402"]) == []
+    assert translation.stale_catalog_cells(course, STEM) == []
+    del full["cells"]["9a378402"]
+    write_catalog(course, STEM, full)
+    assert translation.catalog_problems(course, STEM) == [
+        f"es/catalog/{STEM}.json: no entry for Markdown cell 9a378402"
+    ]
+
+
+def test_catalog_markdown_keeps_the_english_math_and_numbers(course):
+    write_sample_edition(course)  # the chapter the lab's first cell links to
+    assert translation.catalog_parity_problems(course, STEM) == []
+    catalog = sample_catalog(course)
+    catalog["cells"]["9a378402"]["markdown"] = catalog["cells"]["9a378402"]["markdown"].replace(
+        "float32 entra", "float16 entra"
+    )
+    write_catalog(course, STEM, catalog)
+    problems = translation.catalog_parity_problems(course, STEM)
+    assert problems and "9a378402" in problems[0] and "numbers" in problems[0], problems
+
+
+def test_the_translations_command_reports_and_restamps(course, capsys):
+    from normlab.cli import main
+
+    write_sample_edition(course)
+    assert main(["translations", "--root", str(course)]) == 1  # the sample is a summary
+    out = capsys.readouterr()
+    assert "not translated yet: 04_rmsnorm: chapter, worked solutions, lab catalog" in out.out
+    assert "es/theory/03_layernorm.md: heading levels differ" in out.err
+    with open(course / "README.md", "a", encoding="utf-8") as stream:
+        stream.write("\nMore.\n")
+    main(["translations", "--root", str(course)])
+    assert "es/README.md is stale" in capsys.readouterr().err
+    readme = course / "es" / "README.md"
+    assert main(["translations", "stamp", str(readme), "--root", str(course)]) == 0
+    main(["translations", "--root", str(course)])
+    assert "es/README.md is stale" not in capsys.readouterr().err
+    catalog = str(course / "es" / "catalog" / f"{STEM}.json")
+    assert main(["translations", "stamp", catalog, "--root", str(course)]) == 2
+
+
+# ----------------------------------------------------------------------------- grading
+
+
+def fill_answer_regions(lab_path, solution_path):
+    """Paste each answer region of the solution over its stub in a (Spanish) lab copy: the
+    translated text around the stubs stays as it is."""
+    from normlab.build import BEGIN, END
+
+    solution = {c.id: c for c in nbformat.read(solution_path, as_version=4).cells}
+    lab = nbformat.read(lab_path, as_version=4)
+    filled = 0
+    for cell in lab.cells:
+        english = solution.get(cell.id)
+        if (
+            cell.cell_type != "code"
+            or english is None
+            or "### BEGIN SOLUTION" not in english.source
+        ):
+            continue
+        regions, inside = [], None
+        for line in english.source.split("\n"):
+            if BEGIN.match(line):
+                inside = [line]
+            elif END.match(line) and inside is not None:
+                regions.append(inside + [line])
+                inside = None
+            elif inside is not None:
+                inside.append(line)
+        lines, out, i = cell.source.split("\n"), [], 0
+        for region in regions:
+            indent = re.match(r"[ \t]*", region[0]).group(0)
+            if indent:
+                stub = re.compile(rf"^{indent}raise NotImplementedError\(")
+            else:
+                stub = re.compile(r"^[A-Za-z_]\w* = None\b")
+            while not stub.match(lines[i]):
+                out.append(lines[i])
+                i += 1
+            if indent:  # the stub's comment line before the raise
+                out.pop()
+                i += 1
+            else:
+                while i < len(lines) and stub.match(lines[i]):
+                    i += 1
+            out += region
+            filled += 1
+        cell.source = "\n".join(out + lines[i:])
+    assert filled, f"{lab_path.name}: nothing to fill in"
+    nbformat.write(lab, lab_path)
+
+
+@pytest.fixture(scope="module")
+def spanish_labs(tmp_path_factory):
+    """The Spanish lab of every chapter: the repository's catalogs where they exist, the
+    pseudo-translation elsewhere."""
+    course = tmp_path_factory.mktemp("es-course")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    if (ES / "catalog").is_dir():
+        shutil.copytree(ES / "catalog", course / "es" / "catalog")
+    for stem in all_labs():
+        if not (course / "es" / "catalog" / f"{stem}.json").is_file():
+            write_catalog(course, stem, pseudo_catalog(course, stem))
+    assert build(course)[0] == 0
+    return course
+
+
+@pytest.mark.isolation
+def test_spanish_labs_grade_zero_fresh_and_full_with_the_answers(spanish_labs, tmp_path):
+    fresh_dir, filled_dir = tmp_path / "fresh", tmp_path / "filled"
+    shutil.copytree(spanish_labs / "es" / "labs", fresh_dir)
+    shutil.copytree(spanish_labs / "es" / "labs", filled_dir)
+    for lab in filled_dir.glob("*.ipynb"):
+        fill_answer_regions(lab, spanish_labs / "solutions" / lab.name)
+        assert "(es)" in lab.read_text() or lab.stem in {p.stem for p in CATALOGS}
+    code, fresh, err = grade_json(fresh_dir)
+    assert code == 0, err
+    code, full, err = grade_json(filled_dir)
+    assert code == 0, err
+    fresh = {s["lab"]: s for s in fresh["submissions"]}
+    full = {s["lab"]: s for s in full["submissions"]}
+    assert sorted(fresh) == sorted(full) == sorted(all_labs())
+    maxima = {stem: lab.max_score for stem, lab in all_labs().items()}
+    assert {k: (s["score"], s["max_score"]) for k, s in fresh.items()} == {
+        k: (0, m) for k, m in maxima.items()
+    }
+    assert {k: (s["score"], s["error"]) for k, s in full.items()} == {
+        k: (m, None) for k, m in maxima.items()
+    }
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("path", SPANISH_LABS, ids=lambda p: p.stem)
+def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(path):
+    from test_notebooks import execute
+
+    notebook = execute(path)
+    reports = [
+        output.get("data", {}).get("text/plain", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code" and cell.source.startswith("check(")
+        for output in cell.outputs
+    ]
+    assert reports and all("not implemented yet" in r or "no answer yet" in r for r in reports)
+
+
+def test_diff_shows_what_changed_in_the_english_since_the_translation(course):
+    import subprocess
+
+    def git(*arguments):
+        subprocess.run(
+            ["git", "-c", "user.email=a@b", "-c", "user.name=a", *arguments],
+            cwd=course,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q")
+    write_sample_edition(course)
+    git("add", "-A")
+    git("commit", "-qm", "translated")
+    with open(course / "theory" / f"{STEM}.md", "a", encoding="utf-8") as stream:
+        stream.write("\nA sentence added later.\n")
+    edit_solution(course, "9a378402", "over the **last** axis", "over the **final** axis")
+    git("commit", "-qam", "English edited")
+    chapter = translation.english_changes(course, course / "es" / "theory" / f"{STEM}.md")
+    assert "+A sentence added later." in chapter and "(translated, " in chapter, chapter
+    catalog = course / "es" / "catalog" / f"{STEM}.json"
+    cell = translation.english_changes(course, catalog, "9a378402")
+    removed = [ln for ln in cell.splitlines() if ln.startswith("-") and "**last**" in ln]
+    added = [ln for ln in cell.splitlines() if ln.startswith("+") and "**final**" in ln]
+    assert len(removed) == len(added) == 1, cell
+    unchanged = translation.english_changes(course, catalog, "b7561e95")
+    assert "unchanged since it was translated" in unchanged
