@@ -35,7 +35,15 @@ LANG = "es"
 # The chapters the Spanish edition claims to cover: each needs its chapter (es/theory), worked
 # solutions (es/solutions) and lab catalog (es/catalog), all fresh, and the edition's start
 # page and README. Add a stem here only when all of its parts are translated.
-SPANISH_CHAPTERS: tuple[str, ...] = ()
+SPANISH_CHAPTERS: tuple[str, ...] = (
+    "01_why_normalize",
+    "02_batchnorm",
+    "03_layernorm",
+    "04_rmsnorm",
+    "05_group_instance",
+    "06_pre_post_ln",
+    "07_cost",
+)
 
 STAMP = re.compile(r"^<!-- es: translation of (\S+) sha256=([0-9a-f]{64}) -->[ \t]*$")
 # Hand-written Spanish Markdown: folder -> the English folder it mirrors.
@@ -460,6 +468,17 @@ def _to_english(target: str) -> str:
     return english_of(target) if target.startswith(LANG + "/") else target
 
 
+# The Spanish edition's own folders, as a command or path in the text names them: the learner's
+# copies (work/es/ for work/) and the generated labs (es/labs/ for labs/).
+EDITION_FOLDERS = ((f"work/{LANG}/", "work/"), (f"{LANG}/labs/", "labs/"))
+
+
+def _edition_folders_to_english(span: str) -> str:
+    for spanish, english in EDITION_FOLDERS:
+        span = span.replace(spanish, english)
+    return "work/" if span == f"work/{LANG}" else span
+
+
 PRACTICE = re.compile(r"^practice problems?$", re.I)
 
 
@@ -497,6 +516,8 @@ def parity_problems(english_text: str, english_where: str, spanish_text: str, sp
                 )
     for name in ("math", "numbers", "code_spans", "code_blocks", "external"):
         a, b = getattr(en, name), getattr(es, name)
+        if name == "code_spans":  # a path to the learner's copies names the edition's folder
+            b = Counter({_edition_folders_to_english(span): n for span, n in b.items()})
         if a != b:
             problems.append(f"{name.replace('_', ' ')} differ: {_diff(a, b)}")
     if en.figures != [_to_english(f) for f in es.figures]:
