@@ -80,10 +80,6 @@ PROVEN_ELSEWHERE = {
         "test_pre_post_ln_checks",
         "test_warmup_bug_is_caught_with_its_hint",
     ),
-    ("05_group_instance", "STAT_GRADS_PROBES"): (
-        "test_group_instance_checks",
-        "test_statistics_gradient_bug_is_caught_with_its_hint",
-    ),
     ("07_cost", "FUSED_LAYER_PROBES"): (
         "test_cost_checks",
         "test_fused_layer_probe_fires_with_its_hint",

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from normlab.grader.core import AsTorch, Output, ReadBack, Submission
+from normlab.grader.core import AsTorch, CheckFailed, Output, RaisedError, ReadBack, Submission
 from normlab.grader.probes import Probe, evaluate, expect_array, expect_items
 
 # ----------------------------------------------------------------------------- tolerances
@@ -87,6 +87,11 @@ class Graded:
             a case then compares the items it names by index.
         tol: the tolerances (``rtol``, ``atol``) a case uses unless it gives its own.
         prefix: whether the message starts with the function's name (``"name, what: ..."``).
+        options: ``expect_array`` options every case uses (``kinds``, ``hint``);
+            a case's own options win.
+        errors: the learner's exception explained: when its message contains a key, the
+            check fails with that message and ``"Why: "`` the value (a lab's usual slip that
+            raises, such as a broadcasting error, gets its hint).
     """
 
     name: str
@@ -95,6 +100,18 @@ class Graded:
     items: tuple[str, ...] = ()
     tol: dict = dataclasses.field(default_factory=lambda: dict(F64))
     prefix: bool = True
+    options: dict = dataclasses.field(default_factory=dict)
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def call(self, sub: Submission, args: Args) -> Output:
+        """The learner's function called with ``args``; its exception explained by ``errors``."""
+        try:
+            return args.call(sub, self.name)
+        except RaisedError as error:
+            for text, why in self.errors.items():
+                if text in str(error):
+                    raise CheckFailed(f"{error}\nWhy: {why}") from None
+            raise
 
     def expect(
         self,
@@ -125,11 +142,12 @@ class Graded:
             What the learner's function returned.
         """
         if out is None:
-            out = args.call(sub, self.name)
+            out = self.call(sub, args)
         if expected is None:
             expected = args.apply(self.oracle)
         candidates = args.evaluate(self.probes)
         tolerances = self.tol if tol is None else tol
+        options = {**self.options, **options}
         if self.items:
             expect_items(
                 out,
