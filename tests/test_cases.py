@@ -240,3 +240,34 @@ def test_tensor64():
     assert tensor64(t) is t
     leaf = tensor64(t, requires_grad=True)
     assert leaf.requires_grad and leaf is not t
+
+
+# ----------------------------------------------------------------------------- errors and options
+
+
+def test_a_known_error_gets_its_hint_and_others_pass_through():
+    from normlab.grader.core import RaisedError
+
+    graded = Graded("scale", oracle=scale, errors={"could not be broadcast": "Reshape gamma."})
+
+    def broadcasting(x, factor):
+        return x + np.ones(7)
+
+    message = failure(graded, broadcasting, Args(X, 2.0))
+    assert "could not be broadcast" in message and message.endswith("\nWhy: Reshape gamma.")
+    with pytest.raises(RaisedError):
+        graded.expect(submission(scale=lambda x, factor: 1 / 0), Args(X, 2.0), what="c")
+    with pytest.raises(CheckFailed, match="Why: Reshape gamma."):
+        graded.call(submission(scale=broadcasting), Args(X, 2.0))
+
+
+def test_default_options_apply_to_every_case_and_a_case_overrides_them():
+    graded = Graded("scale", oracle=scale, options={"hint": "the default hint"})
+    assert "Hint: the default hint" in failure(graded, lambda x, factor: x, Args(X, 2.0))
+    message = failure(graded, lambda x, factor: x, Args(X, 2.0), hint="this case's")
+    assert "Hint: this case's" in message and "default" not in message
+    scalar = Graded(
+        "scale", oracle=lambda x, factor: np.asarray(3.0), options={"kinds": ("scalar",)}
+    )
+    scalar.expect(submission(scale=lambda x, factor: 3.0), Args(X, 2.0), what="c")
+    assert "expected a scalar" in failure(scalar, lambda x, factor: np.ones(1), Args(X, 2.0))
