@@ -7,10 +7,12 @@ check and that check's message must carry the probe's hint. A probe that never s
 by another with the same output, or run only on inputs where it equals the right answer) fails
 here.
 
-Probe lists whose ``compute`` does not take the learner's arguments (a Transformer block's
-probes take the oracle's weights; a fused kernel's function also takes ``out=``) are proven by
-the lab's own test, named in ``PROVEN_ELSEWHERE``; this file checks that the named test exists
-and is parametrized over every probe of the list.
+Where the learner's function has another form than "return what ``compute`` returns" (a norm
+kernel keeps x's dtype and fills the ``out`` it is given; a function of tensors returns a
+tensor), ``LEARNER_FORM`` says how a probe becomes that function. Probe lists whose ``compute``
+does not take the learner's arguments at all are proven by the lab's own test, named in
+``PROVEN_ELSEWHERE``; this file checks that the named test exists and is parametrized over every
+probe of the list.
 
 Two more guarantees: every module-level probe list is covered one way or the other, and every
 probe a check compares answers with while grading the worked solution is one of the listed ones
@@ -22,6 +24,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import numpy as np
 import pytest
 from conftest import solution_namespace
 
@@ -80,21 +83,6 @@ PROVEN_ELSEWHERE = {
         "test_pre_post_ln_checks",
         "test_warmup_bug_is_caught_with_its_hint",
     ),
-    ("07_cost", "FUSED_LAYER_PROBES"): (
-        "test_cost_checks",
-        "test_fused_layer_probe_fires_with_its_hint",
-    ),
-    ("07_cost", "RMS_PROBES"): ("test_cost_checks", "test_rms_bug_is_caught_with_its_hint"),
-    ("07_cost", "LAYER_PROBES"): ("test_cost_checks", "test_layer_bug_is_caught_with_its_hint"),
-    ("07_cost", "BYTES_PROBES"): ("test_cost_checks", "test_bytes_bug_is_caught_with_its_hint"),
-    ("07_cost", "INTENSITY_PROBES"): (
-        "test_cost_checks",
-        "test_intensity_bug_is_caught_with_its_hint",
-    ),
-    ("07_cost", "ROOFLINE_PROBES"): (
-        "test_cost_checks",
-        "test_roofline_bug_is_caught_with_its_hint",
-    ),
 }
 
 
@@ -117,9 +105,39 @@ def as_learner_function(probe: Probe):
     return buggy
 
 
+def as_kernel(probe: Probe):
+    """A norm kernel with the probe's bug: the probe's result in x's dtype, written into ``out``
+    when one is given (a probe computes in float64 and ignores ``out``; a kernel does not)."""
+
+    def buggy(x, *args, out=None, **kwargs):
+        y = np.asarray(probe.compute(x, *args, **kwargs))
+        if out is None:
+            return y.astype(np.asarray(x).dtype)
+        out[...] = y
+        return out
+
+    return buggy
+
+
+# The learner's functions whose form is not "return what compute returns": how a probe becomes
+# one of them, by (stem, function).
+LEARNER_FORM = {
+    **{
+        ("07_cost", function): as_kernel
+        for function in (
+            "rmsnorm_two_pass",
+            "layernorm_two_pass",
+            "rmsnorm_fused",
+            "layernorm_fused",
+        )
+    },
+}
+
+
 @pytest.mark.parametrize("stem, function, probe", driven_cases())
 def test_probe_fires_with_its_hint_on_code_with_its_bug(stem, function, probe):
-    _, results = notebook.run(lab=stem, **{function: as_learner_function(probe)})
+    learner = LEARNER_FORM.get((stem, function), as_learner_function)(probe)
+    _, results = notebook.run(lab=stem, **{function: learner})
     failed = [r for r in results if not r.passed]
     assert failed, f"{function} with the bug {probe.name!r} passes every check"
     assert any(probe.hint in r.message for r in failed), (
