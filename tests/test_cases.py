@@ -271,3 +271,11 @@ def test_default_options_apply_to_every_case_and_a_case_overrides_them():
     )
     scalar.expect(submission(scale=lambda x, factor: 3.0), Args(X, 2.0), what="c")
     assert "expected a scalar" in failure(scalar, lambda x, factor: np.ones(1), Args(X, 2.0))
+
+
+def test_a_label_names_the_function_in_messages():
+    labelled = Graded("scale", oracle=scale, label="scale('pre')")
+    assert failure(labelled, lambda x, factor: x, Args(X, 2.0)).startswith("scale('pre'), a case:")
+    pairs = Graded("pair", oracle=pair, items=("prod", "total"), label="pair('pre')")
+    message = failure(pairs, lambda x, factor: (x, x + factor), Args(X, 2.0))
+    assert message.startswith("pair('pre') prod, a case:")

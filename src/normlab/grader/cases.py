@@ -87,6 +87,8 @@ class Graded:
             a case then compares the items it names by index.
         tol: the tolerances (``rtol``, ``atol``) a case uses unless it gives its own.
         prefix: whether the message starts with the function's name (``"name, what: ..."``).
+        label: the function's name in messages, when it says more than ``name``
+            (``"stack_grads('pre')"``).
         options: ``expect_array`` options every case uses (``kinds``, ``hint``);
             a case's own options win.
         errors: the learner's exception explained: when its message contains a key, the
@@ -100,6 +102,7 @@ class Graded:
     items: tuple[str, ...] = ()
     tol: dict = dataclasses.field(default_factory=lambda: dict(F64))
     prefix: bool = True
+    label: str = ""
     options: dict = dataclasses.field(default_factory=dict)
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -154,7 +157,7 @@ class Graded:
                 expected,
                 self.items,
                 range(len(self.items)) if indices is None else indices,
-                function=self.name,
+                function=self.label or self.name,
                 what=what,
                 candidates=candidates,
                 **tolerances,
@@ -164,7 +167,7 @@ class Graded:
             expect_array(
                 out,
                 expected,
-                what=f"{self.name}, {what}" if self.prefix else what,
+                what=f"{self.label or self.name}, {what}" if self.prefix else what,
                 candidates=candidates,
                 **tolerances,
                 **options,
