@@ -406,18 +406,24 @@ FORWARD = Graded("rmsnorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES
 BACKWARD = Graded(
     "rmsnorm_backward", oracle=oracle_backward, probes=BACKWARD_PROBES, items=("dx", "dgamma")
 )
+JACOBIAN_HINT = (
+    "Row i is output y_i, column j is input x_j; compare your matrix with the closed "
+    "form entry by entry for a small d (d = 2 or 3)."
+)
 JACOBIANS = {
     "layer": Graded(
         "layernorm_jacobian",
         oracle=lambda x, gamma, eps: oracle_jacobian("layer", x, gamma, eps),
         probes=LAYER_JACOBIAN_PROBES,
         tol=JACOBIAN_TOL,
+        options={"hint": JACOBIAN_HINT},
     ),
     "rms": Graded(
         "rmsnorm_jacobian",
         oracle=lambda x, gamma, eps: oracle_jacobian("rms", x, gamma, eps),
         probes=RMS_JACOBIAN_PROBES,
         tol=JACOBIAN_TOL,
+        options={"hint": JACOBIAN_HINT},
     ),
 }
 
@@ -551,21 +557,13 @@ def backward_3d(sub):
 
 # ----------------------------------------------------------------------------- practice problem
 
-JACOBIAN_HINT = (
-    "Row i is output y_i, column j is input x_j; compare your matrix with the closed "
-    "form entry by entry for a small d (d = 2 or 3)."
-)
-
 
 def _jacobian_random(sub, norm, seed):
     rng = np.random.default_rng(seed)
     for d, offset in [(6, 1.5), (9, -0.7)]:
         x = rng.normal(size=d) * 2 + offset  # an offset: the mean matters
         JACOBIANS[norm].expect(
-            sub,
-            Args(x, gain(rng, d), 1e-5),
-            what=f"x of shape ({d},), eps = 1e-5",
-            hint=JACOBIAN_HINT,
+            sub, Args(x, gain(rng, d), 1e-5), what=f"x of shape ({d},), eps = 1e-5"
         )
 
 
@@ -573,18 +571,8 @@ def _jacobian_eps(sub, norm, seed):
     rng = np.random.default_rng(seed)
     x = 0.01 * rng.normal(size=5)  # variance ~1e-4, comparable to eps: eps must be consistent
     graded = JACOBIANS[norm]
-    graded.expect(
-        sub,
-        Args(x, gain(rng, 5), 1e-4),
-        what="small x of shape (5,), eps = 1e-4",
-        hint=JACOBIAN_HINT,
-    )
-    graded.expect(
-        sub,
-        Args(np.array([0.8]), np.array([1.7]), 0.25),
-        what="d = 1, eps = 0.25",
-        hint=JACOBIAN_HINT,
-    )
+    graded.expect(sub, Args(x, gain(rng, 5), 1e-4), what="small x of shape (5,), eps = 1e-4")
+    graded.expect(sub, Args(np.array([0.8]), np.array([1.7]), 0.25), what="d = 1, eps = 0.25")
 
 
 @LAB.check("problem 1: layernorm_jacobian matches autograd", points=2, uses=["layernorm_jacobian"])
