@@ -399,13 +399,14 @@ def expect_items(
     """``expect_array`` on items ``indices`` of a returned tuple whose items are ``names``.
 
     E.g. a backward pass returning ``(dx, dgamma, dbeta)``: ``expected`` is the oracle's tuple;
-    ``options`` go to ``expect_array`` (tolerances, candidates, kinds).
+    ``options`` go to ``expect_array`` (tolerances, candidates, kinds). Each message names the
+    function and the item, then ``what`` (left out when empty): "f dgamma, x of shape (4, 8)".
     """
     for index in indices:
         expect_array(
             out,
             expected[index],
-            what=f"{function} {names[index]}, {what}",
+            what=f"{function} {names[index]}" + (f", {what}" if what else ""),
             index=index,
             count=len(names),
             **options,

@@ -21,17 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.cases import F64, Args, Graded, tensor64
+from normlab.grader.core import CheckFailed, Item, Lab, Output
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import (
-    Probe,
-    both,
-    eps_ignored,
-    evaluate,
-    expect_array,
-    expect_choice,
-    expect_items,
-)
+from normlab.grader.probes import Probe, both, eps_ignored, evaluate, expect_array, expect_choice
 
 LAB = Lab(
     stem="02_batchnorm",
@@ -45,8 +38,7 @@ LAB = Lab(
 )
 
 EPS = 1e-5
-F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-14
-F32 = {"rtol": 1e-3, "atol": 1e-2}  # float32 with an offset of 1e3: error of a correct answer ~1e-4
+F32_OFFSET = {"rtol": 1e-3, "atol": 1e-2}  # float32, offset 1e3: a right answer is off by ~1e-4
 FORWARD_NAMES = ("y", "new_running_mean", "new_running_var")
 BACKWARD_NAMES = ("dx", "dgamma", "dbeta")
 
@@ -75,10 +67,10 @@ def _module(channels: int, ndim: int, gamma, beta, running_mean, running_var, mo
     kind = torch.nn.BatchNorm1d if ndim == 2 else torch.nn.BatchNorm2d
     module = kind(channels, eps=eps, momentum=momentum, dtype=torch.float64)
     with torch.no_grad():
-        module.weight.copy_(torch.from_numpy(np.asarray(gamma, np.float64)))
-        module.bias.copy_(torch.from_numpy(np.asarray(beta, np.float64)))
-        module.running_mean.copy_(torch.from_numpy(np.asarray(running_mean, np.float64)))
-        module.running_var.copy_(torch.from_numpy(np.asarray(running_var, np.float64)))
+        module.weight.copy_(tensor64(gamma))
+        module.bias.copy_(tensor64(beta))
+        module.running_mean.copy_(tensor64(running_mean))
+        module.running_var.copy_(tensor64(running_var))
     return module
 
 
@@ -99,7 +91,7 @@ def oracle_steps(batches, gamma, beta, running_mean, running_var, momentum=0.1, 
     outputs = []
     with torch.no_grad():
         for x in batches:
-            outputs.append(module(torch.from_numpy(np.asarray(x, np.float64))).numpy())
+            outputs.append(module(tensor64(x)).numpy())
     return outputs, module.running_mean.numpy().copy(), module.running_var.numpy().copy()
 
 
@@ -109,18 +101,31 @@ def oracle_eval(x, gamma, beta, running_mean, running_var, eps=EPS):
     module = _module(x.shape[1], x.ndim, gamma, beta, running_mean, running_var, 0.1, eps)
     module.eval()
     with torch.no_grad():
-        return module(torch.from_numpy(np.asarray(x, np.float64))).numpy()
+        return module(tensor64(x)).numpy()
+
+
+def oracle_forward(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=EPS):
+    """(y, new_running_mean, new_running_var) of one call, in train or eval mode."""
+    if not training:
+        return (
+            oracle_eval(x, gamma, beta, running_mean, running_var, eps),
+            running_mean,
+            running_var,
+        )
+    outputs, new_mean, new_var = oracle_steps(
+        [x], gamma, beta, running_mean, running_var, momentum, eps
+    )
+    return outputs[0], new_mean, new_var
 
 
 def oracle_backward(dy, x, gamma, eps=EPS):
     import torch
     import torch.nn.functional as F
 
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    gt = torch.tensor(gamma, dtype=torch.float64, requires_grad=True)
+    xt, gt = tensor64(x, requires_grad=True), tensor64(gamma, requires_grad=True)
     bt = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
     y = F.batch_norm(xt, None, None, gt, bt, training=True, eps=eps)
-    y.backward(torch.from_numpy(np.asarray(dy, np.float64)))
+    y.backward(tensor64(dy))
     return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 
@@ -452,42 +457,17 @@ def params(rng, channels, dtype=np.float64):
     return tuple(v.astype(dtype) for v in (gamma, beta, running_mean, running_var))
 
 
-def _compare_forward(out, expected, candidates, what, indices=(0, 1, 2), tol=F64, dtype=None):
-    for index in indices:
-        expect_array(
-            out,
-            expected[index],
-            what=f"batchnorm_forward {FORWARD_NAMES[index]}, {what}",
-            index=index,
-            count=3,
-            candidates=candidates,
-            dtype=dtype if index == 0 else None,
-            **tol,
-        )
+FORWARD = Graded(
+    "batchnorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES, items=FORWARD_NAMES
+)
+BACKWARD = Graded(
+    "batchnorm_backward", oracle=oracle_backward, probes=BACKWARD_PROBES, items=BACKWARD_NAMES
+)
 
 
-def _train_step(sub, x, state, what, momentum=0.1, indices=(0, 1, 2), tol=F64, dtype=None, eps=EPS):
-    gamma, beta, running_mean, running_var = state
-    out = sub.call(
-        "batchnorm_forward",
-        x,
-        gamma,
-        beta,
-        running_mean,
-        running_var,
-        True,
-        momentum=momentum,
-        eps=eps,
-    )
-    outputs, new_mean, new_var = oracle_steps(
-        [x], gamma, beta, running_mean, running_var, momentum, eps
-    )
-    candidates = evaluate(
-        FORWARD_PROBES, x, gamma, beta, running_mean, running_var, True, momentum, eps
-    )
-    _compare_forward(
-        out, (outputs[0], new_mean, new_var), candidates, what, indices, tol=tol, dtype=dtype
-    )
+def train_step(x, state, momentum=0.1, eps=EPS):
+    """The arguments of one training-mode call: x, the (gamma, beta, running stats) state."""
+    return Args(x, *state, True, momentum=momentum, eps=eps)
 
 
 # ----------------------------------------------------------------------------- forward checks
@@ -501,11 +481,13 @@ def forward_train_2d(sub):
     for shape in [(8, 8), (16, 5), (3, 4)]:  # square first: an axis mix-up cannot hide
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
-        _train_step(sub, x, state, f"training=True, x of shape {shape}", indices=(0,))
+        FORWARD.expect(
+            sub, train_step(x, state), what=f"training=True, x of shape {shape}", indices=[0]
+        )
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = channels_with_varied_scale(rng, (8, 4))
     what = "training=True, x of shape (8, 4), eps = 1e-3"
-    _train_step(sub, x, params(rng, 4), what, indices=(0,), eps=1e-3)
+    FORWARD.expect(sub, train_step(x, params(rng, 4), eps=1e-3), what=what, indices=[0])
 
 
 @LAB.check(
@@ -519,11 +501,11 @@ def forward_running_stats(sub):
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
         what = f"training=True, momentum={momentum}, x of shape {shape}"
-        _train_step(sub, x, state, what, momentum=momentum, indices=(1, 2))
+        FORWARD.expect(sub, train_step(x, state, momentum), what=what, indices=[1, 2])
     # images: every channel averages n = B * H * W values, and the unbiased variance uses that n
     x = channels_with_varied_scale(rng, (2, 3, 2, 2))
     what = "training=True, momentum=0.1, x of shape (2, 3, 2, 2)"
-    _train_step(sub, x, params(rng, 3), what, indices=(1, 2))
+    FORWARD.expect(sub, train_step(x, params(rng, 3)), what=what, indices=[1, 2])
 
 
 @LAB.check(
@@ -535,27 +517,8 @@ def forward_eval(sub):
     rng = np.random.default_rng(22)
     for shape in [(6, 4), (2, 3, 4, 3)]:
         x = channels_with_varied_scale(rng, shape)
-        gamma, beta, running_mean, running_var = params(rng, shape[1])
-        out = sub.call(
-            "batchnorm_forward",
-            x,
-            gamma,
-            beta,
-            running_mean,
-            running_var,
-            False,
-            momentum=0.1,
-            eps=EPS,
-        )
-        expected = (
-            oracle_eval(x, gamma, beta, running_mean, running_var),
-            running_mean,
-            running_var,
-        )
-        candidates = evaluate(
-            FORWARD_PROBES, x, gamma, beta, running_mean, running_var, False, 0.1, EPS
-        )
-        _compare_forward(out, expected, candidates, f"training=False, x of shape {shape}")
+        args = Args(x, *params(rng, shape[1]), False, momentum=0.1, eps=EPS)
+        FORWARD.expect(sub, args, what=f"training=False, x of shape {shape}")
 
 
 @LAB.check(
@@ -569,7 +532,8 @@ def forward_4d(sub):
     for shape in [(2, 3, 4, 3), (3, 2, 2, 5)]:  # W == C first: gamma on the wrong axis cannot hide
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
-        _train_step(sub, x, state, f"training=True, x of shape {shape}", indices=(0,))
+        what = f"training=True, x of shape {shape}"
+        FORWARD.expect(sub, train_step(x, state), what=what, indices=[0])
 
 
 @LAB.check(
@@ -670,8 +634,6 @@ def _chain(forward, batches, momentum):
 
 
 def _as_output(array):
-    from normlab.grader.core import Item, Output
-
     return Output([Item("ndarray", np.asarray(array))], is_tuple=False)
 
 
@@ -686,7 +648,8 @@ def forward_small_variance(sub):
     x[:, 0] = 3.0  # a constant channel: variance exactly 0
     x[:, 1] = -2.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
     state = params(rng, 4)
-    _train_step(sub, x, state, "channels with variance 0 and 1e-8", indices=(0,))
+    what = "channels with variance 0 and 1e-8"
+    FORWARD.expect(sub, train_step(x, state), what=what, indices=[0])
 
 
 @LAB.check(
@@ -700,13 +663,12 @@ def forward_float32(sub):
     state = params(rng, 6, np.float32)
     state = state[:2] + (state[2] + np.float32(1e3), state[3])
     try:
-        _train_step(
+        FORWARD.expect(
             sub,
-            x,
-            state,
-            "float32 x + 1e3 of shape (64, 6)",
-            indices=(0,),
-            tol=F32,
+            train_step(x, state),
+            what="float32 x + 1e3 of shape (64, 6)",
+            indices=[0],
+            tol=F32_OFFSET,
             dtype=np.float32,
         )
     except CheckFailed as failure:
@@ -722,23 +684,6 @@ def forward_float32(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, dy, x, gamma, what, indices, eps=EPS):
-    out = sub.call("batchnorm_backward", dy, x, gamma, eps=eps)
-    expected = oracle_backward(dy, x, gamma, eps)
-    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, eps)
-    expect_items(
-        out,
-        expected,
-        BACKWARD_NAMES,
-        indices,
-        function="batchnorm_backward",
-        what=what,
-        candidates=candidates,
-        x=x,
-        **F64,
-    )
-
-
 @LAB.check("backward: dx matches autograd on (B, d)", points=2, uses=["batchnorm_backward"])
 def backward_dx(sub):
     rng = np.random.default_rng(40)
@@ -747,16 +692,19 @@ def backward_dx(sub):
     x = channels_with_varied_scale(rng, (6, 4))
     x[:, 1] = 2.5
     gamma, dy = params(rng, 4)[0], rng.normal(size=(6, 4))
-    _backward_case(sub, dy, x, gamma, "x of shape (6, 4) whose column 1 is constant", [0])
+    what = "x of shape (6, 4) whose column 1 is constant"
+    BACKWARD.expect(sub, Args(dy, x, gamma, eps=EPS), what=what, indices=[0], x=x)
     for shape in [(6, 6), (8, 3)]:
         x = channels_with_varied_scale(rng, shape)
         gamma = params(rng, shape[1])[0]
         dy = rng.normal(size=shape)
-        _backward_case(sub, dy, x, gamma, f"x of shape {shape}", [0])
+        what = f"x of shape {shape}"
+        BACKWARD.expect(sub, Args(dy, x, gamma, eps=EPS), what=what, indices=[0], x=x)
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = channels_with_varied_scale(rng, (5, 3))
     gamma, dy = params(rng, 3)[0], rng.normal(size=(5, 3))
-    _backward_case(sub, dy, x, gamma, "x of shape (5, 3), eps = 1e-3", [0], eps=1e-3)
+    what = "x of shape (5, 3), eps = 1e-3"
+    BACKWARD.expect(sub, Args(dy, x, gamma, eps=1e-3), what=what, indices=[0], x=x)
 
 
 @LAB.check(
@@ -766,7 +714,8 @@ def backward_params(sub):
     rng = np.random.default_rng(41)
     x = channels_with_varied_scale(rng, (5, 4))
     gamma = params(rng, 4)[0]
-    _backward_case(sub, rng.normal(size=(5, 4)), x, gamma, "x of shape (5, 4)", [1, 2])
+    args = Args(rng.normal(size=(5, 4)), x, gamma, eps=EPS)
+    BACKWARD.expect(sub, args, what="x of shape (5, 4)", indices=[1, 2], x=x)
 
 
 @LAB.check(
@@ -780,7 +729,7 @@ def backward_4d(sub):
         x = channels_with_varied_scale(rng, shape)
         gamma = params(rng, shape[1])[0]
         dy = rng.normal(size=shape)
-        _backward_case(sub, dy, x, gamma, f"x of shape {shape}", [0, 1, 2])
+        BACKWARD.expect(sub, Args(dy, x, gamma, eps=EPS), what=f"x of shape {shape}", x=x)
 
 
 # ----------------------------------------------------------------------------- problem 1
@@ -835,6 +784,20 @@ def _eval_affine_probes():
 EVAL_AFFINE_PROBES = _eval_affine_probes()
 
 
+def oracle_eval_affine(gamma, beta, running_mean, running_var, eps=EPS):
+    """(scale, shift) of eval-mode BatchNorm, read off the module at x = 0 and x = 1."""
+    channels = np.shape(gamma)[0]
+    zeros, ones = np.zeros((1, channels)), np.ones((1, channels))
+    shift = oracle_eval(zeros, gamma, beta, running_mean, running_var, eps)[0]
+    scale = oracle_eval(ones, gamma, beta, running_mean, running_var, eps)[0] - shift
+    return scale, shift
+
+
+EVAL_AFFINE = Graded(
+    "eval_affine", oracle=oracle_eval_affine, probes=EVAL_AFFINE_PROBES, items=("scale", "shift")
+)
+
+
 @LAB.check(
     "problem 1: eval_affine gives eval-mode BatchNorm as y = scale * x + shift",
     points=1,
@@ -844,21 +807,7 @@ def problem_eval_affine(sub):
     rng = np.random.default_rng(50)
     gamma, beta, running_mean, running_var = params(rng, 5)
     running_mean = running_mean * 3
-    zeros, ones = np.zeros((1, 5)), np.ones((1, 5))
-    shift = oracle_eval(zeros, gamma, beta, running_mean, running_var)[0]
-    scale = oracle_eval(ones, gamma, beta, running_mean, running_var)[0] - shift
-    out = sub.call("eval_affine", gamma, beta, running_mean, running_var, eps=EPS)
-    candidates = evaluate(EVAL_AFFINE_PROBES, gamma, beta, running_mean, running_var, EPS)
-    for index, (name, expected) in enumerate([("scale", scale), ("shift", shift)]):
-        expect_array(
-            out,
-            expected,
-            what=f"eval_affine {name}",
-            index=index,
-            count=2,
-            candidates=candidates,
-            **F64,
-        )
+    EVAL_AFFINE.expect(sub, Args(gamma, beta, running_mean, running_var, eps=EPS), what="")
 
 
 COMPANIONS_WHY = {
@@ -939,6 +888,20 @@ def _one_step_probes():
 
 ONE_STEP_PROBES = _one_step_probes()
 
+
+def oracle_one_step(x, momentum):
+    """running_var of a fresh ``nn.BatchNorm1d/2d`` after one training-mode call on x."""
+    import torch
+
+    kind = torch.nn.BatchNorm1d if x.ndim == 2 else torch.nn.BatchNorm2d
+    module = kind(x.shape[1], momentum=momentum, dtype=torch.float64)
+    with torch.no_grad():
+        module(tensor64(x))
+    return module.running_var.numpy()
+
+
+ONE_STEP = Graded("running_var_after_one_step", oracle=oracle_one_step, probes=ONE_STEP_PROBES)
+
 # Every probe of the lab, by the learner's function whose arguments its compute takes.
 PROBES = {
     "batchnorm_forward": FORWARD_PROBES,
@@ -954,19 +917,8 @@ PROBES = {
     uses=["running_var_after_one_step"],
 )
 def problem_one_step(sub):
-    import torch
-
     rng = np.random.default_rng(51)
     for shape, momentum in [((4, 3), 0.1), ((2, 2, 3, 3), 0.2)]:
         x = channels_with_varied_scale(rng, shape)
-        kind = torch.nn.BatchNorm1d if x.ndim == 2 else torch.nn.BatchNorm2d
-        module = kind(shape[1], momentum=momentum, dtype=torch.float64)
-        with torch.no_grad():
-            module(torch.from_numpy(x))
-        expect_array(
-            sub.call("running_var_after_one_step", x, momentum=momentum),
-            module.running_var.numpy(),
-            what=f"running_var_after_one_step, momentum={momentum}, x of shape {shape}",
-            candidates=evaluate(ONE_STEP_PROBES, x, momentum),
-            **F64,
-        )
+        what = f"momentum={momentum}, x of shape {shape}"
+        ONE_STEP.expect(sub, Args(x, momentum=momentum), what=what)

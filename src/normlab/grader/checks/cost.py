@@ -32,9 +32,10 @@ import dataclasses
 
 import numpy as np
 
+from normlab.grader.cases import F32, Args, Graded, affine_params, tensor64
 from normlab.grader.core import CheckFailed, Lab, ReadBack
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_choice
+from normlab.grader.probes import Probe, expect_array, expect_choice
 
 LAB = Lab(
     stem="07_cost",
@@ -48,8 +49,7 @@ LAB = Lab(
 )
 
 EPS = 1e-5
-F64 = {"rtol": 1e-7, "atol": 1e-9}
-F32 = {"rtol": 1e-4, "atol": 1e-5}  # float32 accumulation over d <= 768: ~1e-6 relative
+# F32 (cases.py): float32 accumulation over d <= 768 errs by ~1e-6 relative
 # float32 x = 1e4 + noise: x itself is rounded to ~5e-4, so any float32 centring errs by ~1e-3;
 # the one-pass variance errs by O(1) and is still far outside.
 OFFSET = {"rtol": 1e-3, "atol": 1e-2}
@@ -78,23 +78,29 @@ CASES = [(norm, impl) for norm in ("layernorm", "rmsnorm") for impl in ("naive",
 # ----------------------------------------------------------------------------- oracle
 
 
-def _tensor(a):
-    import torch
-
-    return torch.tensor(np.asarray(a, dtype=np.float64))
-
-
-def oracle_rms(x, gamma, eps):
+def oracle_rms(x, gamma, eps, out=None):
     import torch.nn.functional as F
 
-    return F.rms_norm(_tensor(x), (x.shape[-1],), _tensor(gamma), eps).numpy()
+    return F.rms_norm(tensor64(x), (x.shape[-1],), tensor64(gamma), eps).numpy()
 
 
-def oracle_layer(x, gamma, beta, eps):
+def oracle_layer(x, gamma, beta, eps, out=None):
     import torch.nn.functional as F
 
     d = x.shape[-1]
-    return F.layer_norm(_tensor(x), (d,), _tensor(gamma), _tensor(beta), eps).numpy()
+    return F.layer_norm(tensor64(x), (d,), tensor64(gamma), tensor64(beta), eps).numpy()
+
+
+def oracle_bytes(norm, implementation, n_rows, d, itemsize):
+    return np.asarray(float(PASSES[(norm, implementation)] * n_rows * d * itemsize))
+
+
+def oracle_intensity(norm, implementation, itemsize):
+    return np.asarray(FLOPS_PER_ELEMENT[norm] / (PASSES[(norm, implementation)] * itemsize))
+
+
+def oracle_roofline(flops, bytes_moved, peak_flops, bandwidth):
+    return np.asarray(float(max(flops / peak_flops, bytes_moved / bandwidth)))
 
 
 # ----------------------------------------------------------------------------- norm probes
@@ -440,107 +446,156 @@ def rows(rng, shape, offset_scale=2.0):
     return (rng.normal(size=shape) + rng.uniform(-offset_scale, offset_scale, size=lead)) * scales
 
 
-def params(rng, d, dtype=np.float64):
-    return rng.normal(1.0, 0.5, size=d).astype(dtype), rng.normal(0.0, 0.5, size=d).astype(dtype)
+params = affine_params  # (gamma, beta) of shape (d,)
 
+TWO_PASS = {
+    "rmsnorm": Graded("rmsnorm_two_pass", oracle=oracle_rms, probes=RMS_PROBES),
+    "layernorm": Graded("layernorm_two_pass", oracle=oracle_layer, probes=LAYER_PROBES),
+}
+FUSED = {
+    "rmsnorm": Graded("rmsnorm_fused", oracle=oracle_rms, probes=RMS_PROBES),
+    "layernorm": Graded("layernorm_fused", oracle=oracle_layer, probes=FUSED_LAYER_PROBES),
+}
+COUNTS = {"kinds": ("scalar", "ndarray")}  # a count may come back as a number or a 0-d array
+BYTES = Graded(
+    "bytes_moved",
+    oracle=oracle_bytes,
+    probes=BYTES_PROBES,
+    tol=EXACT,
+    prefix=False,
+    options=COUNTS,
+)
+INTENSITY = Graded(
+    "arithmetic_intensity",
+    oracle=oracle_intensity,
+    probes=INTENSITY_PROBES,
+    tol=EXACT,
+    prefix=False,
+    options=COUNTS,
+)
+ROOFLINE = Graded(
+    "roofline_time",
+    oracle=oracle_roofline,
+    probes=ROOFLINE_PROBES,
+    tol=EXACT,
+    prefix=False,
+    options=COUNTS,
+)
 
-def _rms_case(sub, x, gamma, what, tol=F64, dtype=None, out=None):
-    result = sub.call("rmsnorm_two_pass", x, gamma, eps=EPS, out=out)
-    expect_array(
-        result,
-        oracle_rms(x, gamma, EPS),
-        what=f"rmsnorm_two_pass, {what}",
-        candidates=evaluate(RMS_PROBES, x, gamma, EPS),
-        dtype=dtype,
-        **tol,
-    )
-
-
-def _layer_case(sub, x, gamma, beta, what, tol=F64, dtype=None, out=None):
-    result = sub.call("layernorm_two_pass", x, gamma, beta, eps=EPS, out=out)
-    expect_array(
-        result,
-        oracle_layer(x, gamma, beta, EPS),
-        what=f"layernorm_two_pass, {what}",
-        candidates=evaluate(LAYER_PROBES, x, gamma, beta, EPS),
-        dtype=dtype,
-        **tol,
-    )
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "rmsnorm_two_pass": RMS_PROBES,
+    "layernorm_two_pass": LAYER_PROBES,
+    "rmsnorm_fused": RMS_PROBES,
+    "layernorm_fused": FUSED_LAYER_PROBES,
+    "bytes_moved": BYTES_PROBES,
+    "arithmetic_intensity": INTENSITY_PROBES,
+    "roofline_time": ROOFLINE_PROBES,
+}
 
 
 # ----------------------------------------------------------------------------- norm checks
 
 
-@LAB.check("RMSNorm two-pass matches torch, (N, d) and (B, L, d)", 2, ["rmsnorm_two_pass"])
+@LAB.check(
+    "RMSNorm two-pass matches torch, (N, d) and (B, L, d)", points=2, uses=["rmsnorm_two_pass"]
+)
 def rms_random(sub):
     rng = np.random.default_rng(700)
     for shape in [(6, 8), (2, 3, 16)]:
         gamma, _ = params(rng, shape[-1])
-        _rms_case(sub, rows(rng, shape), gamma, f"x of shape {shape}")
+        args = Args(rows(rng, shape), gamma, eps=EPS, out=None)
+        TWO_PASS["rmsnorm"].expect(sub, args, what=f"x of shape {shape}")
 
 
 @LAB.check(
     "RMSNorm two-pass: float32 stays float32, a zero row, a non-contiguous view",
-    1,
-    ["rmsnorm_two_pass"],
+    points=1,
+    uses=["rmsnorm_two_pass"],
 )
 def rms_edges(sub):
     rng = np.random.default_rng(701)
+    two_pass = TWO_PASS["rmsnorm"]
     gamma, _ = params(rng, 64, np.float32)
     x32 = rows(rng, (5, 64)).astype(np.float32)
-    _rms_case(sub, x32, gamma, "float32 x of shape (5, 64)", F32, np.float32)
+    args = Args(x32, gamma, eps=EPS, out=None)
+    two_pass.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
     x = rows(rng, (4, 16))
     x[0] = 0.0
     x[1] *= 1e-3  # RMS ~ sqrt(eps): inside vs outside the root differ most
-    _rms_case(sub, x, params(rng, 16)[0], "rows of zeros and of RMS ~3e-3")
+    args = Args(x, params(rng, 16)[0], eps=EPS, out=None)
+    two_pass.expect(sub, args, what="rows of zeros and of RMS ~3e-3")
     wide = rows(rng, (4, 32))
-    _rms_case(sub, wide[:, ::2], params(rng, 16)[0], "a non-contiguous view x[:, ::2]")
+    args = Args(wide[:, ::2], params(rng, 16)[0], eps=EPS, out=None)
+    two_pass.expect(sub, args, what="a non-contiguous view x[:, ::2]")
 
 
-@LAB.check("RMSNorm two-pass writes into a given out and returns it", 1, ["rmsnorm_two_pass"])
+@LAB.check(
+    "RMSNorm two-pass writes into a given out and returns it",
+    points=1,
+    uses=["rmsnorm_two_pass"],
+)
 def rms_out(sub):
     rng = np.random.default_rng(702)
     x = rows(rng, (3, 4, 8))
-    _rms_case(sub, x, params(rng, 8)[0], "with out= a preallocated array", out=np.ones_like(x))
+    args = Args(x, params(rng, 8)[0], eps=EPS, out=np.ones_like(x))
+    TWO_PASS["rmsnorm"].expect(sub, args, what="with out= a preallocated array")
 
 
-@LAB.check("LayerNorm two-pass matches torch, (N, d) and (B, L, d)", 2, ["layernorm_two_pass"])
+@LAB.check(
+    "LayerNorm two-pass matches torch, (N, d) and (B, L, d)",
+    points=2,
+    uses=["layernorm_two_pass"],
+)
 def layer_random(sub):
     rng = np.random.default_rng(710)
     for shape in [(6, 8), (2, 3, 16)]:
         gamma, beta = params(rng, shape[-1])
-        _layer_case(sub, rows(rng, shape), gamma, beta, f"x of shape {shape}")
+        args = Args(rows(rng, shape), gamma, beta, eps=EPS, out=None)
+        TWO_PASS["layernorm"].expect(sub, args, what=f"x of shape {shape}")
 
 
 @LAB.check(
     "LayerNorm two-pass in float32 with an offset of 1e4 (no cancellation)",
-    2,
-    ["layernorm_two_pass"],
+    points=2,
+    uses=["layernorm_two_pass"],
 )
 def layer_offset(sub):
     rng = np.random.default_rng(711)
     gamma, beta = params(rng, 64, np.float32)
     x = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
-    _layer_case(sub, x, gamma, beta, "float32 x = 1e4 + noise, shape (4, 64)", OFFSET, np.float32)
+    TWO_PASS["layernorm"].expect(
+        sub,
+        Args(x, gamma, beta, eps=EPS, out=None),
+        what="float32 x = 1e4 + noise, shape (4, 64)",
+        tol=OFFSET,
+        dtype=np.float32,
+    )
 
 
 @LAB.check(
     "LayerNorm two-pass: a constant row, d = 1, a non-contiguous view, out=",
-    1,
-    ["layernorm_two_pass"],
+    points=1,
+    uses=["layernorm_two_pass"],
 )
 def layer_edges(sub):
     rng = np.random.default_rng(712)
+    two_pass = TWO_PASS["layernorm"]
     x = rows(rng, (4, 8))
     x[0] = 3.0  # variance exactly 0: the output is beta
     x[1] = 3.0 + 1e-3 * rng.normal(size=8)  # variance ~1e-6, below eps
     gamma, beta = params(rng, 8)
-    _layer_case(sub, x, gamma, beta, "a constant row and a row of variance ~1e-6")
-    _layer_case(sub, rows(rng, (5, 1)), gamma[:1], beta[:1], "d = 1")
+    args = Args(x, gamma, beta, eps=EPS, out=None)
+    two_pass.expect(sub, args, what="a constant row and a row of variance ~1e-6")
+    two_pass.expect(
+        sub, Args(rows(rng, (5, 1)), gamma[:1], beta[:1], eps=EPS, out=None), what="d = 1"
+    )
     wide = rows(rng, (3, 16))
-    _layer_case(sub, wide[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2]")
+    args = Args(wide[:, ::2], gamma, beta, eps=EPS, out=None)
+    two_pass.expect(sub, args, what="a non-contiguous view x[:, ::2]")
     x = rows(rng, (2, 3, 8))
-    _layer_case(sub, x, gamma, beta, "with out= a preallocated array", out=np.ones_like(x))
+    args = Args(x, gamma, beta, eps=EPS, out=np.ones_like(x))
+    two_pass.expect(sub, args, what="with out= a preallocated array")
 
 
 # ----------------------------------------------------------------------------- fused checks
@@ -554,25 +609,13 @@ NOT_INTO_OUT = (
 )
 
 
-def _fused_case(sub, name, args, expected, candidates, what, tol=F64, dtype=None):
-    result = sub.call(name, *args, eps=EPS)
-    expect_array(
-        result,
-        expected,
-        what=f"{name}, {what}",
-        candidates=candidates,
-        dtype=dtype,
-        **tol,
-    )
-
-
-def _fused_into_out(sub, name, args, expected, candidates, what):
+def _into_out(sub, graded, x, *rest, what):
     """Call with out= a NaN-filled buffer; both the return and the buffer must hold the answer."""
-    x = args[0]
-    buffer = np.full_like(x, np.nan)
-    result = sub.call(name, *args, eps=EPS, out=ReadBack(buffer))
-    what = f"{name}, {what}, with out= a preallocated array"
-    expect_array(result, expected, what=what, candidates=candidates, **F64)
+    args = Args(x, *rest, eps=EPS, out=ReadBack(np.full_like(x, np.nan)))
+    expected = args.apply(graded.oracle)
+    what = f"{what}, with out= a preallocated array"
+    result = graded.expect(sub, args, what=what, expected=expected)
+    what = f"{graded.name}, {what}"
     if len(result.read_back) != 1:
         raise CheckFailed(f"{what}: the `out` array did not come back from the call")
     filled = result.read_back[0]
@@ -585,191 +628,144 @@ def _fused_into_out(sub, name, args, expected, candidates, what):
             dataclasses.replace(result, items=[filled], is_tuple=False),
             expected,
             what=f"{what} (the `out` array after the call)",
-            **F64,
+            **graded.tol,
         )
     except CheckFailed:
         raise CheckFailed(NOT_INTO_OUT.format(what=what, left=left)) from None
 
 
 @LAB.check(
-    "RMSNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)", 2, ["rmsnorm_fused"]
+    "RMSNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)",
+    points=2,
+    uses=["rmsnorm_fused"],
 )
 def rms_fused_random(sub):
     rng = np.random.default_rng(720)
+    fused = FUSED["rmsnorm"]
     for shape in [(6, 8), (2, 3, 16)]:
         gamma, _ = params(rng, shape[-1])
         x = rows(rng, shape)
-        what = f"x of shape {shape}"
-        candidates = evaluate(RMS_PROBES, x, gamma, EPS)
-        _fused_case(sub, "rmsnorm_fused", (x, gamma), oracle_rms(x, gamma, EPS), candidates, what)
+        fused.expect(sub, Args(x, gamma, eps=EPS), what=f"x of shape {shape}")
     gamma, _ = params(rng, 64, np.float32)
     x32 = rows(rng, (5, 64)).astype(np.float32)
-    _fused_case(
-        sub,
-        "rmsnorm_fused",
-        (x32, gamma),
-        oracle_rms(x32, gamma, EPS),
-        evaluate(RMS_PROBES, x32, gamma, EPS),
-        "float32 x of shape (5, 64)",
-        F32,
-        np.float32,
-    )
+    args = Args(x32, gamma, eps=EPS)
+    fused.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
 
 
 @LAB.check(
     "RMSNorm fused: a zero row, a non-contiguous view, and it fills the out it is given",
-    1,
-    ["rmsnorm_fused"],
+    points=1,
+    uses=["rmsnorm_fused"],
 )
 def rms_fused_edges(sub):
     rng = np.random.default_rng(721)
+    fused = FUSED["rmsnorm"]
     x = rows(rng, (4, 16))
     x[0] = 0.0
     x[1] *= 1e-3
     gamma = params(rng, 16)[0]
-    expected = oracle_rms(x, gamma, EPS)
-    candidates = evaluate(RMS_PROBES, x, gamma, EPS)
-    _fused_case(sub, "rmsnorm_fused", (x, gamma), expected, candidates, "rows of RMS 0 and ~3e-3")
+    fused.expect(sub, Args(x, gamma, eps=EPS), what="rows of RMS 0 and ~3e-3")
     wide = rows(rng, (4, 32))[:, ::2]
-    _fused_case(
-        sub,
-        "rmsnorm_fused",
-        (wide, gamma),
-        oracle_rms(wide, gamma, EPS),
-        evaluate(RMS_PROBES, wide, gamma, EPS),
-        "a non-contiguous view x[:, ::2]",
-    )
+    fused.expect(sub, Args(wide, gamma, eps=EPS), what="a non-contiguous view x[:, ::2]")
     x = rows(rng, (3, 4, 8))
-    gamma = params(rng, 8)[0]
-    _fused_into_out(
-        sub,
-        "rmsnorm_fused",
-        (x, gamma),
-        oracle_rms(x, gamma, EPS),
-        evaluate(RMS_PROBES, x, gamma, EPS),
-        "x of shape (3, 4, 8)",
-    )
-
-
-def _layer_fused(sub, x, gamma, beta, what, tol=F64, dtype=None, into_out=False):
-    """One LayerNorm fused case: the oracle and the probes computed from the same arguments."""
-    expected = oracle_layer(x, gamma, beta, EPS)
-    candidates = evaluate(FUSED_LAYER_PROBES, x, gamma, beta, EPS)
-    if into_out:
-        _fused_into_out(sub, "layernorm_fused", (x, gamma, beta), expected, candidates, what)
-    else:
-        _fused_case(
-            sub, "layernorm_fused", (x, gamma, beta), expected, candidates, what, tol, dtype
-        )
+    _into_out(sub, fused, x, params(rng, 8)[0], what="x of shape (3, 4, 8)")
 
 
 @LAB.check(
     "LayerNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)",
-    2,
-    ["layernorm_fused"],
+    points=2,
+    uses=["layernorm_fused"],
 )
 def layer_fused_random(sub):
     rng = np.random.default_rng(730)
+    fused = FUSED["layernorm"]
     for shape in [(6, 8), (2, 3, 16)]:
         gamma, beta = params(rng, shape[-1])
         x = rows(rng, shape)
-        _layer_fused(sub, x, gamma, beta, f"x of shape {shape}")
+        fused.expect(sub, Args(x, gamma, beta, eps=EPS), what=f"x of shape {shape}")
     gamma, beta = params(rng, 64, np.float32)
     x32 = rows(rng, (5, 64)).astype(np.float32)
-    _layer_fused(sub, x32, gamma, beta, "float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
+    args = Args(x32, gamma, beta, eps=EPS)
+    fused.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
 
 
 @LAB.check(
     "LayerNorm fused at an offset: float32 x = 1e4 + noise, float64 x = 1e8 + noise",
-    2,
-    ["layernorm_fused"],
+    points=2,
+    uses=["layernorm_fused"],
 )
 def layer_fused_offset(sub):
     rng = np.random.default_rng(731)
+    fused = FUSED["layernorm"]
     gamma, beta = params(rng, 64, np.float32)
     x32 = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
-    _layer_fused(
+    fused.expect(
         sub,
-        x32,
-        gamma,
-        beta,
-        "float32 x = 1e4 + noise, shape (4, 64)",
+        Args(x32, gamma, beta, eps=EPS),
+        what="float32 x = 1e4 + noise, shape (4, 64)",
         tol=OFFSET,
         dtype=np.float32,
     )
     gamma, beta = params(rng, 64)
     x64 = 1e8 + rng.normal(size=(4, 64))
-    _layer_fused(sub, x64, gamma, beta, "float64 x = 1e8 + noise, shape (4, 64)", tol=OFFSET64)
+    args = Args(x64, gamma, beta, eps=EPS)
+    fused.expect(sub, args, what="float64 x = 1e8 + noise, shape (4, 64)", tol=OFFSET64)
 
 
 @LAB.check(
     "LayerNorm fused: a constant row, d = 1, a non-contiguous view, and it fills the out it is "
     "given",
-    1,
-    ["layernorm_fused"],
+    points=1,
+    uses=["layernorm_fused"],
 )
 def layer_fused_edges(sub):
     rng = np.random.default_rng(732)
+    fused = FUSED["layernorm"]
     x = rows(rng, (4, 8))
     x[0] = 3.0
     x[1] = 3.0 + 1e-3 * rng.normal(size=8)
     gamma, beta = params(rng, 8)
-
-    _layer_fused(sub, x, gamma, beta, "a constant row and a row of variance ~1e-6")
-    _layer_fused(sub, rows(rng, (5, 1)), gamma[:1], beta[:1], "d = 1")
-    _layer_fused(sub, rows(rng, (3, 16))[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2]")
+    what = "a constant row and a row of variance ~1e-6"
+    fused.expect(sub, Args(x, gamma, beta, eps=EPS), what=what)
+    fused.expect(sub, Args(rows(rng, (5, 1)), gamma[:1], beta[:1], eps=EPS), what="d = 1")
+    view = rows(rng, (3, 16))[:, ::2]
+    fused.expect(sub, Args(view, gamma, beta, eps=EPS), what="a non-contiguous view x[:, ::2]")
     x = rows(rng, (2, 3, 8))
-    _layer_fused(sub, x, gamma, beta, "x of shape (2, 3, 8)", into_out=True)
+    _into_out(sub, fused, x, gamma, beta, what="x of shape (2, 3, 8)")
 
 
 # ----------------------------------------------------------------------------- counting checks
 
 
-def _expect_number(sub, name, args, expected, probes, what):
-    expect_array(
-        sub.call(name, *args),
-        np.asarray(float(expected)),
-        what=what,
-        candidates=evaluate(probes, *args),
-        kinds=("scalar", "ndarray"),
-        **EXACT,
-    )
-
-
-@LAB.check("bytes_moved: naive and fused, LayerNorm and RMSNorm", 2, ["bytes_moved"])
+@LAB.check("bytes_moved: naive and fused, LayerNorm and RMSNorm", points=2, uses=["bytes_moved"])
 def bytes_cases(sub):
     for norm, impl in CASES:
         for n_rows, d, itemsize in [(32768, 768, 4), (10, 3, 2)]:
             args = (norm, impl, n_rows, d, itemsize)
-            expected = PASSES[(norm, impl)] * n_rows * d * itemsize
-            what = f"bytes_moved{args}"
-            _expect_number(sub, "bytes_moved", args, expected, BYTES_PROBES, what)
+            BYTES.expect(sub, Args(*args), what=f"bytes_moved{args}")
 
 
-@LAB.check("arithmetic_intensity in FLOPs per byte", 2, ["arithmetic_intensity"])
+@LAB.check("arithmetic_intensity in FLOPs per byte", points=2, uses=["arithmetic_intensity"])
 def intensity_cases(sub):
     for norm, impl in CASES:
         for itemsize in (4, 2):
             args = (norm, impl, itemsize)
-            expected = FLOPS_PER_ELEMENT[norm] / (PASSES[(norm, impl)] * itemsize)
-            what = f"arithmetic_intensity{args}"
-            _expect_number(sub, "arithmetic_intensity", args, expected, INTENSITY_PROBES, what)
+            INTENSITY.expect(sub, Args(*args), what=f"arithmetic_intensity{args}")
 
 
-@LAB.check("roofline_time: the larger of compute and memory time", 2, ["roofline_time"])
+@LAB.check("roofline_time: the larger of compute and memory time", points=2, uses=["roofline_time"])
 def roofline_cases(sub):
     for args in [
         (1.0e8, 2.0e8, 6.7e13, 4.8e12),  # a norm on an H200: memory-bound
         (1.0e12, 1.0e8, 6.7e13, 4.8e12),  # a large matrix product: compute-bound
         (3.0e9, 1.5e9, 1.0e11, 2.0e10),  # a CPU
     ]:
-        expected = max(args[0] / args[2], args[1] / args[3])
         what = (
             "roofline_time(flops={:g}, bytes_moved={:g}, peak_flops={:g}, bandwidth={:g})".format(
                 *args
             )
         )
-        _expect_number(sub, "roofline_time", args, expected, ROOFLINE_PROBES, what)
+        ROOFLINE.expect(sub, Args(*args), what=what)
 
 
 # The misconception each wrong option stands for (the worked solution explains each).
@@ -783,14 +779,14 @@ COST_WHY = {
 }
 
 
-@LAB.check("problem 3: what the benchmark shows (multiple choice)", 1, ["COST_ANSWER"])
+@LAB.check("problem 3: what the benchmark shows (multiple choice)", points=1, uses=["COST_ANSWER"])
 def cost_answer(sub):
     expect_choice(
         sub.get("COST_ANSWER"),
         "d",
-        why=COST_WHY,
         what="COST_ANSWER",
         hint="Compare each statement with the measured table in the chapter: the naive rows "
         "against their pass counts, the two fused rows against each other and the copy, the "
         "fresh-output rows, and the Welford row.",
+        why=COST_WHY,
     )

@@ -26,16 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.core import CheckFailed, Lab, RaisedError
+from normlab.grader.cases import Args, Graded, affine_params, tensor64
+from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import (
-    Probe,
-    eps_ignored,
-    evaluate,
-    expect_array,
-    expect_choice,
-    expect_items,
-)
+from normlab.grader.probes import Probe, eps_ignored, expect_choice
 
 LAB = Lab(
     stem="05_group_instance",
@@ -51,8 +45,7 @@ LAB = Lab(
 )
 
 EPS = 1e-5
-F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-14
-F32 = {"rtol": 1e-4, "atol": 1e-4}  # float32 of unit scale: measured error ~1e-6
+F32_UNIT = {"rtol": 1e-4, "atol": 1e-4}  # float32 of unit scale: measured error ~1e-6
 
 BROADCAST_HINT = (
     "gamma and beta have one entry per CHANNEL, and the channels are axis 1 of x (N, C, *), "
@@ -65,53 +58,47 @@ BROADCAST_HINT = (
 # ----------------------------------------------------------------------------- oracle
 
 
-def _tensor(a):
-    import torch
-
-    return torch.from_numpy(np.array(a, dtype=np.float64))
-
-
 def oracle_normalize(x, axes, eps=EPS):
     """x_hat over ``axes`` from torch's population statistics (``correction=0``)."""
     import torch
 
-    xt = _tensor(x)
-    var, mean = torch.var_mean(xt, dim=tuple(axes), correction=0, keepdim=True)
+    xt = tensor64(x)
+    var, mean = torch.var_mean(xt, dim=_axes_tuple(axes, xt.ndim), correction=0, keepdim=True)
     return ((xt - mean) / torch.sqrt(var + eps)).numpy()
 
 
 def oracle_batch_norm(x, eps=EPS):
     import torch.nn.functional as F
 
-    return F.batch_norm(_tensor(x), None, None, training=True, eps=eps).numpy()
+    return F.batch_norm(tensor64(x), None, None, training=True, eps=eps).numpy()
 
 
 def oracle_layer_norm(x, eps=EPS):
     import torch.nn.functional as F
 
-    return F.layer_norm(_tensor(x), tuple(x.shape[1:]), eps=eps).numpy()
+    return F.layer_norm(tensor64(x), tuple(x.shape[1:]), eps=eps).numpy()
 
 
 def oracle_instance_norm(x, eps=EPS):
     import torch.nn.functional as F
 
-    return F.instance_norm(_tensor(x), eps=eps).numpy()
+    return F.instance_norm(tensor64(x), eps=eps).numpy()
 
 
 def oracle_group_norm(x, num_groups, gamma, beta, eps=EPS):
     import torch.nn.functional as F
 
-    return F.group_norm(_tensor(x), num_groups, _tensor(gamma), _tensor(beta), eps).numpy()
+    return F.group_norm(tensor64(x), num_groups, tensor64(gamma), tensor64(beta), eps).numpy()
 
 
 def oracle_group_norm_backward(dy, x, num_groups, gamma, eps=EPS):
     import torch
     import torch.nn.functional as F
 
-    xt = _tensor(x).requires_grad_(True)
-    gt = _tensor(gamma).requires_grad_(True)
+    xt = tensor64(x).requires_grad_(True)
+    gt = tensor64(gamma).requires_grad_(True)
     bt = torch.zeros_like(gt, requires_grad=True)
-    F.group_norm(xt, num_groups, gt, bt, eps).backward(_tensor(dy))
+    F.group_norm(xt, num_groups, gt, bt, eps).backward(tensor64(dy))
     return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 
@@ -120,14 +107,14 @@ def oracle_group_stat_grads(dy, x, num_groups, gamma, eps=EPS):
     x -> (mean, var) -> x_hat -> y, with mean and var as the graph's nodes (shape (N, G))."""
     import torch
 
-    xt = _tensor(x)
+    xt = tensor64(x)
     n = xt.shape[0]
     grouped = xt.reshape(n, num_groups, -1)
     mean = grouped.mean(dim=2).detach().requires_grad_(True)
     var = grouped.var(dim=2, correction=0).detach().requires_grad_(True)
     x_hat = (grouped - mean[..., None]) / torch.sqrt(var[..., None] + eps)
-    y = x_hat.reshape(xt.shape) * _tensor(gamma).reshape(_channel_shape(np.asarray(x)))
-    y.backward(_tensor(dy))
+    y = x_hat.reshape(xt.shape) * tensor64(gamma).reshape(_channel_shape(np.asarray(x)))
+    y.backward(tensor64(dy))
     return mean.grad.numpy(), var.grad.numpy()
 
 
@@ -135,17 +122,17 @@ def oracle_dyt(x, alpha, gamma, beta):
     """DyT by its definition (Zhu et al. 2025): there is no library function to compare with."""
     import torch
 
-    return (_tensor(gamma) * torch.tanh(alpha * _tensor(x)) + _tensor(beta)).numpy()
+    return (tensor64(gamma) * torch.tanh(alpha * tensor64(x)) + tensor64(beta)).numpy()
 
 
 def oracle_dyt_backward(dy, x, alpha, gamma):
     import torch
 
-    xt = _tensor(x).requires_grad_(True)
+    xt = tensor64(x).requires_grad_(True)
     at = torch.tensor(float(alpha), dtype=torch.float64, requires_grad=True)
-    gt = _tensor(gamma).requires_grad_(True)
+    gt = tensor64(gamma).requires_grad_(True)
     bt = torch.zeros_like(gt, requires_grad=True)
-    (gt * torch.tanh(at * xt) + bt).backward(_tensor(dy))
+    (gt * torch.tanh(at * xt) + bt).backward(tensor64(dy))
     return xt.grad.numpy(), at.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 
@@ -172,16 +159,6 @@ def _normalize(x, axes, eps=EPS, ddof=0, eps_where="inside"):
 
 def _channel_shape(x):
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)
-
-
-def _call(sub, name, *args, **kwargs):
-    """Call the learner's function; a broadcasting error gets this lab's hint (axis 1)."""
-    try:
-        return sub.call(name, *args, **kwargs)
-    except RaisedError as error:
-        if "could not be broadcast" in str(error):
-            raise CheckFailed(f"{error}\nWhy: {BROADCAST_HINT}") from None
-        raise
 
 
 # ----------------------------------------------------------------------------- probes: axes
@@ -694,16 +671,6 @@ DYT_BACKWARD_PROBES = [
 ]
 
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "normalize_over": NORMALIZE_PROBES,
-    "group_norm_forward": GROUP_NORM_PROBES,
-    "group_norm_backward": GROUP_BACKWARD_PROBES,
-    "dyt_forward": DYT_PROBES,
-    "dyt_backward": DYT_BACKWARD_PROBES,
-}
-
-
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -716,25 +683,38 @@ def images(rng, shape, spread=True):
     return rng.normal(size=shape) * scales.reshape(channel) + offsets.reshape(channel)
 
 
-def channel_params(rng, channels, dtype=np.float64):
-    gamma = rng.normal(1.0, 0.5, size=channels).astype(dtype)
-    beta = rng.normal(0.0, 0.5, size=channels).astype(dtype)
-    return gamma, beta
+channel_params = affine_params  # (gamma, beta), one entry per channel
+
+ERRORS = {"could not be broadcast": BROADCAST_HINT}
+NORMALIZE = Graded(
+    "normalize_over", oracle=oracle_normalize, probes=NORMALIZE_PROBES, errors=ERRORS
+)
+GROUP = Graded(
+    "group_norm_forward", oracle=oracle_group_norm, probes=GROUP_NORM_PROBES, errors=ERRORS
+)
+GROUP_BACKWARD = Graded(
+    "group_norm_backward",
+    oracle=oracle_group_norm_backward,
+    probes=GROUP_BACKWARD_PROBES,
+    items=("dx", "dgamma", "dbeta"),
+    errors=ERRORS,
+)
+DYT = Graded("dyt_forward", oracle=oracle_dyt, probes=DYT_PROBES)
+DYT_BACKWARD = Graded(
+    "dyt_backward",
+    oracle=oracle_dyt_backward,
+    probes=DYT_BACKWARD_PROBES,
+    items=("dx", "dalpha", "dgamma", "dbeta"),
+    options={"kinds": ("ndarray", "scalar")},
+)
+
+
+def axes_of(*axes):
+    """``axes`` as the learner's function receives them: a 1-D integer array."""
+    return np.array(axes, dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------- part 1
-
-
-def _normalize_case(sub, x, axes, expected, what, tol=F64, dtype=None, eps=EPS):
-    out = _call(sub, "normalize_over", x, np.array(axes, dtype=np.int64), eps=eps)
-    expect_array(
-        out,
-        expected,
-        what=f"normalize_over, {what}",
-        candidates=evaluate(NORMALIZE_PROBES, x, axes, eps),
-        dtype=dtype,
-        **tol,
-    )
 
 
 @LAB.check(
@@ -751,9 +731,9 @@ def normalize_special_cases(sub):
         ((1, 2, 3), oracle_layer_norm(x), "axes (1, 2, 3) of (N, C, H, W) = F.layer_norm"),
     ]
     for axes, expected, what in cases:
-        _normalize_case(sub, x, axes, expected, what)
+        NORMALIZE.expect(sub, Args(x, axes_of(*axes), eps=EPS), expected=expected, what=what)
     tokens = images(rng, (3, 4, 8))
-    _normalize_case(sub, tokens, (-1,), oracle_normalize(tokens, (2,)), "axes (-1,) of (B, L, d)")
+    NORMALIZE.expect(sub, Args(tokens, axes_of(-1), eps=EPS), what="axes (-1,) of (B, L, d)")
 
 
 @LAB.check(
@@ -764,18 +744,18 @@ def normalize_special_cases(sub):
 def normalize_any_axes(sub):
     rng = np.random.default_rng(51)
     x = images(rng, (3, 4, 5))
-    _normalize_case(sub, x, (0, 2), oracle_normalize(x, (0, 2)), "axes (0, 2) of shape (3, 4, 5)")
-    _normalize_case(sub, x, (1,), oracle_normalize(x, (1,)), "axes (1,) of shape (3, 4, 5)")
+    NORMALIZE.expect(sub, Args(x, axes_of(0, 2), eps=EPS), what="axes (0, 2) of shape (3, 4, 5)")
+    NORMALIZE.expect(sub, Args(x, axes_of(1), eps=EPS), what="axes (1,) of shape (3, 4, 5)")
     flat = images(rng, (6, 5))
-    _normalize_case(sub, flat, (0,), oracle_normalize(flat, (0,)), "axes (0,) of shape (6, 5)")
+    NORMALIZE.expect(sub, Args(flat, axes_of(0), eps=EPS), what="axes (0,) of shape (6, 5)")
     wide = images(rng, (3, 8, 4))[:, ::2]
-    _normalize_case(
-        sub, wide, (1, 2), oracle_normalize(wide, (1, 2)), "a non-contiguous view x[:, ::2]"
+    NORMALIZE.expect(
+        sub, Args(wide, axes_of(1, 2), eps=EPS), what="a non-contiguous view x[:, ::2]"
     )
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = images(rng, (3, 4, 5))
-    expected = oracle_normalize(x, (2,), eps=1e-3)
-    _normalize_case(sub, x, (2,), expected, "axes (2,) of shape (3, 4, 5), eps = 1e-3", eps=1e-3)
+    what = "axes (2,) of shape (3, 4, 5), eps = 1e-3"
+    NORMALIZE.expect(sub, Args(x, axes_of(2), eps=1e-3), what=what)
 
 
 @LAB.check(
@@ -788,34 +768,21 @@ def normalize_edges(sub):
     x = images(rng, (2, 3, 4, 4))
     x[0, 1] = 2.5  # one constant channel of one image: variance exactly 0
     x[1, 2] = 1.0 + 1e-4 * rng.normal(size=(4, 4))  # variance ~1e-8, far below eps
-    _normalize_case(
-        sub, x, (2, 3), oracle_instance_norm(x), "axes (2, 3), a constant channel (variance 0)"
+    what = "axes (2, 3), a constant channel (variance 0)"
+    NORMALIZE.expect(
+        sub, Args(x, axes_of(2, 3), eps=EPS), expected=oracle_instance_norm(x), what=what
     )
     x32 = images(rng, (4, 6, 3), spread=False).astype(np.float32)
-    _normalize_case(
+    NORMALIZE.expect(
         sub,
-        x32,
-        (0, 2),
-        oracle_normalize(x32, (0, 2)),
-        "float32 x of shape (4, 6, 3)",
-        tol=F32,
+        Args(x32, axes_of(0, 2), eps=EPS),
+        what="float32 x of shape (4, 6, 3)",
+        tol=F32_UNIT,
         dtype=np.float32,
     )
 
 
 # ----------------------------------------------------------------------------- part 2
-
-
-def _group_case(sub, x, num_groups, gamma, beta, what, tol=F64, dtype=None, eps=EPS):
-    out = _call(sub, "group_norm_forward", x, num_groups, gamma, beta, eps=eps)
-    expect_array(
-        out,
-        oracle_group_norm(x, num_groups, gamma, beta, eps),
-        what=f"group_norm_forward, {what}",
-        candidates=evaluate(GROUP_NORM_PROBES, x, num_groups, gamma, beta, eps),
-        dtype=dtype,
-        **tol,
-    )
 
 
 @LAB.check(
@@ -827,11 +794,13 @@ def group_forward_random(sub):
     for shape, groups in [((2, 6, 3, 6), 2), ((3, 8, 4, 5), 4), ((1, 12, 2, 2), 3)]:
         x = images(rng, shape)
         gamma, beta = channel_params(rng, shape[1])
-        _group_case(sub, x, groups, gamma, beta, f"x of shape {shape}, num_groups={groups}")
+        what = f"x of shape {shape}, num_groups={groups}"
+        GROUP.expect(sub, Args(x, groups, gamma, beta, eps=EPS), what=what)
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = images(rng, (2, 4, 3, 3))
     gamma, beta = channel_params(rng, 4)
-    _group_case(sub, x, 2, gamma, beta, "x of shape (2, 4, 3, 3), eps = 1e-3", eps=1e-3)
+    what = "x of shape (2, 4, 3, 3), eps = 1e-3"
+    GROUP.expect(sub, Args(x, 2, gamma, beta, eps=1e-3), what=what)
 
 
 @LAB.check(
@@ -843,13 +812,17 @@ def group_forward_extremes(sub):
     rng = np.random.default_rng(61)
     x = images(rng, (3, 6, 4, 4))
     gamma, beta = channel_params(rng, 6)
-    _group_case(sub, x, 1, gamma, beta, "num_groups=1 (LayerNorm over (C, H, W))")
-    _group_case(sub, x, 6, gamma, beta, "num_groups=C=6 (InstanceNorm)")
+    GROUP.expect(
+        sub, Args(x, 1, gamma, beta, eps=EPS), what="num_groups=1 (LayerNorm over (C, H, W))"
+    )
+    GROUP.expect(sub, Args(x, 6, gamma, beta, eps=EPS), what="num_groups=C=6 (InstanceNorm)")
     sequence = images(rng, (2, 8, 7))
     gamma, beta = channel_params(rng, 8)
-    _group_case(sub, sequence, 4, gamma, beta, "x of shape (2, 8, 7) (N, C, L)")
+    GROUP.expect(
+        sub, Args(sequence, 4, gamma, beta, eps=EPS), what="x of shape (2, 8, 7) (N, C, L)"
+    )
     flat = images(rng, (5, 8))
-    _group_case(sub, flat, 2, gamma, beta, "x of shape (5, 8) (N, C)")
+    GROUP.expect(sub, Args(flat, 2, gamma, beta, eps=EPS), what="x of shape (5, 8) (N, C)")
 
 
 @LAB.check(
@@ -862,13 +835,15 @@ def group_forward_edges(sub):
     x = images(rng, (2, 4, 3, 3))
     x[1, 2:] = -0.5  # the second group of the second image is constant
     gamma, beta = channel_params(rng, 4)
-    _group_case(sub, x, 2, gamma, beta, "a constant group (variance 0)")
+    GROUP.expect(sub, Args(x, 2, gamma, beta, eps=EPS), what="a constant group (variance 0)")
     x32 = images(rng, (2, 8, 4, 4), spread=False).astype(np.float32)
-    gamma32, beta32 = channel_params(rng, 8, np.float32)
-    _group_case(sub, x32, 4, gamma32, beta32, "float32 (2, 8, 4, 4)", tol=F32, dtype=np.float32)
+    args = Args(x32, 4, *channel_params(rng, 8, np.float32), eps=EPS)
+    GROUP.expect(sub, args, what="float32 (2, 8, 4, 4)", tol=F32_UNIT, dtype=np.float32)
     view = images(rng, (2, 8, 6, 4))[:, :, ::2]
     gamma, beta = channel_params(rng, 8)
-    _group_case(sub, view, 2, gamma, beta, "a non-contiguous view x[:, :, ::2]")
+    GROUP.expect(
+        sub, Args(view, 2, gamma, beta, eps=EPS), what="a non-contiguous view x[:, :, ::2]"
+    )
 
 
 @LAB.check(
@@ -880,8 +855,8 @@ def group_forward_batch_independent(sub):
     rng = np.random.default_rng(63)
     x = images(rng, (6, 4, 3, 3))
     gamma, beta = channel_params(rng, 4)
-    whole = _call(sub, "group_norm_forward", x, 2, gamma, beta, eps=EPS).items[0].array
-    alone = _call(sub, "group_norm_forward", x[:1].copy(), 2, gamma, beta, eps=EPS).items[0].array
+    whole = GROUP.call(sub, Args(x, 2, gamma, beta, eps=EPS)).items[0].array
+    alone = GROUP.call(sub, Args(x[:1].copy(), 2, gamma, beta, eps=EPS)).items[0].array
     if whole is None or alone is None or whole.shape != x.shape or alone.shape != (1, 4, 3, 3):
         raise CheckFailed("group_norm_forward should return an array shaped like its input")
     if not np.allclose(whole[:1], alone, rtol=1e-9, atol=1e-10):
@@ -895,23 +870,6 @@ def group_forward_batch_independent(sub):
 # ----------------------------------------------------------------------------- part 3
 
 
-def _group_backward_case(sub, dy, x, num_groups, gamma, what, indices, eps=EPS):
-    out = _call(sub, "group_norm_backward", dy, x, num_groups, gamma, eps=eps)
-    expected = oracle_group_norm_backward(dy, x, num_groups, gamma, eps)
-    candidates = evaluate(GROUP_BACKWARD_PROBES, dy, x, num_groups, gamma, eps)
-    expect_items(
-        out,
-        expected,
-        ("dx", "dgamma", "dbeta"),
-        indices,
-        function="group_norm_backward",
-        what=what,
-        candidates=candidates,
-        x=x,
-        **F64,
-    )
-
-
 @LAB.check("GroupNorm backward: dx matches autograd", points=2, uses=["group_norm_backward"])
 def group_backward_dx(sub):
     rng = np.random.default_rng(70)
@@ -919,12 +877,14 @@ def group_backward_dx(sub):
         x = images(rng, shape)
         gamma, _ = channel_params(rng, shape[1])
         dy = rng.normal(size=shape)
-        _group_backward_case(sub, dy, x, groups, gamma, f"x of shape {shape}, G={groups}", [0])
+        args = Args(dy, x, groups, gamma, eps=EPS)
+        GROUP_BACKWARD.expect(sub, args, what=f"x of shape {shape}, G={groups}", indices=[0], x=x)
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = images(rng, (2, 4, 3))
     gamma, _ = channel_params(rng, 4)
     dy = rng.normal(size=x.shape)
-    _group_backward_case(sub, dy, x, 2, gamma, "x of shape (2, 4, 3), eps = 1e-3", [0], eps=1e-3)
+    what = "x of shape (2, 4, 3), eps = 1e-3"
+    GROUP_BACKWARD.expect(sub, Args(dy, x, 2, gamma, eps=1e-3), what=what, indices=[0], x=x)
 
 
 @LAB.check(
@@ -937,7 +897,8 @@ def group_backward_params(sub):
     x = images(rng, (3, 4, 2, 3))
     gamma, _ = channel_params(rng, 4)
     dy = rng.normal(size=x.shape)
-    _group_backward_case(sub, dy, x, 2, gamma, "x of shape (3, 4, 2, 3)", [1, 2])
+    args = Args(dy, x, 2, gamma, eps=EPS)
+    GROUP_BACKWARD.expect(sub, args, what="x of shape (3, 4, 2, 3)", indices=[1, 2], x=x)
 
 
 @LAB.check(
@@ -951,25 +912,15 @@ def group_backward_extremes(sub):
     gamma, _ = channel_params(rng, 4)
     dy = rng.normal(size=x.shape)
     for groups in (1, 4):
-        _group_backward_case(sub, dy, x, groups, gamma, f"num_groups={groups}", [0, 1, 2])
+        args = Args(dy, x, groups, gamma, eps=EPS)
+        GROUP_BACKWARD.expect(sub, args, what=f"num_groups={groups}", x=x)
     flat = images(rng, (4, 6))
     gamma, _ = channel_params(rng, 6)
-    _group_backward_case(sub, rng.normal(size=(4, 6)), flat, 3, gamma, "x of shape (4, 6)", [0])
+    args = Args(rng.normal(size=(4, 6)), flat, 3, gamma, eps=EPS)
+    GROUP_BACKWARD.expect(sub, args, what="x of shape (4, 6)", indices=[0], x=flat)
 
 
 # ----------------------------------------------------------------------------- part 4
-
-
-def _dyt_case(sub, x, alpha, gamma, beta, what, tol=F64, dtype=None):
-    out = sub.call("dyt_forward", x, alpha, gamma, beta)
-    expect_array(
-        out,
-        oracle_dyt(x, alpha, gamma, beta),
-        what=f"dyt_forward, {what}",
-        candidates=evaluate(DYT_PROBES, x, alpha, gamma, beta),
-        dtype=dtype,
-        **tol,
-    )
 
 
 @LAB.check("DyT forward matches its definition", points=2, uses=["dyt_forward"])
@@ -978,7 +929,7 @@ def dyt_forward_random(sub):
     for shape, alpha in [((6, 8), 0.5), ((2, 3, 8), 1.7), ((4, 4), 0.2)]:
         x = rng.normal(size=shape) * 3 + rng.uniform(-2, 2, size=shape[-1])
         gamma, beta = channel_params(rng, shape[-1])
-        _dyt_case(sub, x, alpha, gamma, beta, f"x of shape {shape}, alpha={alpha}")
+        DYT.expect(sub, Args(x, alpha, gamma, beta), what=f"x of shape {shape}, alpha={alpha}")
 
 
 @LAB.check("DyT forward: saturation, float32 keeps its dtype", points=1, uses=["dyt_forward"])
@@ -986,30 +937,13 @@ def dyt_forward_edges(sub):
     rng = np.random.default_rng(81)
     x = rng.standard_t(df=2, size=(5, 6)) * 20  # heavy tails: tanh saturates
     gamma, beta = channel_params(rng, 6)
-    _dyt_case(sub, x, 0.5, gamma, beta, "heavy-tailed x up to |x| ~ 1e3")
+    DYT.expect(sub, Args(x, 0.5, gamma, beta), what="heavy-tailed x up to |x| ~ 1e3")
     x32 = rng.normal(size=(3, 4, 8)).astype(np.float32)
-    gamma32, beta32 = channel_params(rng, 8, np.float32)
-    _dyt_case(sub, x32, 0.8, gamma32, beta32, "float32 (3, 4, 8)", tol=F32, dtype=np.float32)
+    args = Args(x32, 0.8, *channel_params(rng, 8, np.float32))
+    DYT.expect(sub, args, what="float32 (3, 4, 8)", tol=F32_UNIT, dtype=np.float32)
 
 
 # ----------------------------------------------------------------------------- part 5
-
-
-def _dyt_backward_case(sub, dy, x, alpha, gamma, what, indices):
-    out = sub.call("dyt_backward", dy, x, alpha, gamma)
-    expected = oracle_dyt_backward(dy, x, alpha, gamma)
-    candidates = evaluate(DYT_BACKWARD_PROBES, dy, x, alpha, gamma)
-    expect_items(
-        out,
-        expected,
-        ("dx", "dalpha", "dgamma", "dbeta"),
-        indices,
-        function="dyt_backward",
-        what=what,
-        candidates=candidates,
-        kinds=("ndarray", "scalar"),
-        **F64,
-    )
 
 
 @LAB.check("DyT backward: dx matches autograd", points=1, uses=["dyt_backward"])
@@ -1017,7 +951,8 @@ def dyt_backward_dx(sub):
     rng = np.random.default_rng(90)
     x = rng.normal(size=(4, 6)) * 2
     gamma, _ = channel_params(rng, 6)
-    _dyt_backward_case(sub, rng.normal(size=(4, 6)), x, 0.7, gamma, "x of shape (4, 6)", [0])
+    args = Args(rng.normal(size=(4, 6)), x, 0.7, gamma)
+    DYT_BACKWARD.expect(sub, args, what="x of shape (4, 6)", indices=[0])
 
 
 @LAB.check(
@@ -1031,7 +966,7 @@ def dyt_backward_alpha(sub):
         x = rng.normal(size=shape) * 2
         gamma, _ = channel_params(rng, 6)
         dy = rng.normal(size=shape)
-        _dyt_backward_case(sub, dy, x, alpha, gamma, f"x of shape {shape}", [1])
+        DYT_BACKWARD.expect(sub, Args(dy, x, alpha, gamma), what=f"x of shape {shape}", indices=[1])
 
 
 @LAB.check(
@@ -1044,7 +979,7 @@ def dyt_backward_params(sub):
     x = rng.normal(size=(2, 3, 5)) * 2
     gamma, _ = channel_params(rng, 5)
     dy = rng.normal(size=(2, 3, 5))
-    _dyt_backward_case(sub, dy, x, 0.9, gamma, "x of shape (2, 3, 5)", [0, 1, 2, 3])
+    DYT_BACKWARD.expect(sub, Args(dy, x, 0.9, gamma), what="x of shape (2, 3, 5)")
 
 
 # ----------------------------------------------------------------------------- problem 1
@@ -1134,7 +1069,33 @@ GN1_PROBES = [
 ]
 
 
-PROBES["gn1_as_layernorm_params"] = GN1_PROBES
+def oracle_gn1_params(gamma, beta, height, width):
+    """LayerNorm weights of shape (C, H, W): each channel's value over its H x W positions."""
+    shape = (len(gamma), height, width)
+    return [np.broadcast_to(values[:, None, None], shape) for values in (gamma, beta)]
+
+
+GN1 = Graded(
+    "gn1_as_layernorm_params",
+    oracle=oracle_gn1_params,
+    probes=GN1_PROBES,
+    items=("gamma_ln", "beta_ln"),
+    options={
+        "hint": "With these weights F.layer_norm(x, (C, H, W), gamma_ln, beta_ln) must "
+        "equal F.group_norm(x, 1, gamma, beta) for every x."
+    },
+)
+
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "normalize_over": NORMALIZE_PROBES,
+    "group_norm_forward": GROUP_NORM_PROBES,
+    "group_norm_backward": GROUP_BACKWARD_PROBES,
+    "dyt_forward": DYT_PROBES,
+    "dyt_backward": DYT_BACKWARD_PROBES,
+    "gn1_as_layernorm_params": GN1_PROBES,
+    "group_stat_grads": STAT_GRADS_PROBES,
+}
 
 
 @LAB.check(
@@ -1146,21 +1107,8 @@ def problem_gn1_params(sub):
     rng = np.random.default_rng(100)
     for channels, height, width in [(4, 3, 4), (6, 2, 5)]:
         gamma, beta = channel_params(rng, channels)
-        out = sub.call("gn1_as_layernorm_params", gamma, beta, height, width)
-        candidates = evaluate(GN1_PROBES, gamma, beta, height, width)
-        shape = (channels, height, width)
-        expect_items(
-            out,
-            [np.broadcast_to(values[:, None, None], shape) for values in (gamma, beta)],
-            ("gamma_ln", "beta_ln"),
-            (0, 1),
-            function="gn1_as_layernorm_params",
-            what=f"C={channels}, H={height}, W={width}",
-            candidates=candidates,
-            hint="With these weights F.layer_norm(x, (C, H, W), gamma_ln, beta_ln) must "
-            "equal F.group_norm(x, 1, gamma, beta) for every x.",
-            **F64,
-        )
+        args = Args(gamma, beta, height, width)
+        GN1.expect(sub, args, what=f"C={channels}, H={height}, W={width}")
 
 
 GN_LN_WHY = {
@@ -1224,18 +1172,17 @@ def problem_dyt_answer(sub):
 # ----------------------------------------------------------------------------- problem 4
 
 
-def _stat_grads_case(sub, dy, x, num_groups, gamma, what):
-    out = _call(sub, "group_stat_grads", dy, x, num_groups, gamma, eps=EPS)
-    expect_items(
-        out,
-        oracle_group_stat_grads(dy, x, num_groups, gamma),
-        ("dmean", "dvar"),
-        [0, 1],
-        function="group_stat_grads",
-        what=what + " (both of shape (N, G))",
-        candidates=evaluate(STAT_GRADS_PROBES, dy, x, num_groups, gamma, EPS),
-        **F64,
-    )
+STAT_GRADS = Graded(
+    "group_stat_grads",
+    oracle=oracle_group_stat_grads,
+    probes=STAT_GRADS_PROBES,
+    items=("dmean", "dvar"),
+    errors=ERRORS,
+)
+
+
+def _stat_grads_case(sub, args, what):
+    STAT_GRADS.expect(sub, args, what=what + " (both of shape (N, G))")
 
 
 @LAB.check(
@@ -1249,7 +1196,9 @@ def problem_stat_grads(sub):
         x = images(rng, shape)
         gamma, _ = channel_params(rng, shape[1])
         dy = rng.normal(size=shape)
-        _stat_grads_case(sub, dy, x, groups, gamma, f"x of shape {shape}, G={groups}")
+        _stat_grads_case(
+            sub, Args(dy, x, groups, gamma, eps=EPS), f"x of shape {shape}, G={groups}"
+        )
 
 
 @LAB.check(
@@ -1263,7 +1212,10 @@ def problem_stat_grads_extremes(sub):
     gamma, _ = channel_params(rng, 4)
     dy = rng.normal(size=x.shape)
     for groups in (1, 4):
-        _stat_grads_case(sub, dy, x, groups, gamma, f"x of shape (2, 4, 3, 2), G={groups}")
+        args = Args(dy, x, groups, gamma, eps=EPS)
+        _stat_grads_case(sub, args, f"x of shape (2, 4, 3, 2), G={groups}")
     flat = images(rng, (4, 6))
     gamma, _ = channel_params(rng, 6)
-    _stat_grads_case(sub, rng.normal(size=(4, 6)), flat, 3, gamma, "x of shape (4, 6), G=3")
+    _stat_grads_case(
+        sub, Args(rng.normal(size=(4, 6)), flat, 3, gamma, eps=EPS), "x of shape (4, 6), G=3"
+    )

@@ -17,18 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from normlab.grader.cases import Args, Graded, affine_params, rows_with_varied_scale, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import (
-    Probe,
-    array_of,
-    both,
-    eps_ignored,
-    evaluate,
-    expect_array,
-    expect_choice,
-    expect_items,
-)
+from normlab.grader.probes import Probe, array_of, both, eps_ignored, expect_choice
 
 LAB = Lab(
     stem="03_layernorm",
@@ -42,20 +34,17 @@ LAB = Lab(
 )
 
 EPS = 1e-5
-F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-15
-F32 = {"rtol": 1e-3, "atol": 1e-2}  # float32 with an offset of 1e4: measured error ~2e-3
+F32_OFFSET = {"rtol": 1e-3, "atol": 1e-2}  # float32 with an offset of 1e4: measured error ~2e-3
 
 
 # ----------------------------------------------------------------------------- oracle
 
 
 def oracle_forward(x, gamma, beta, eps=EPS):
-    import torch
     import torch.nn.functional as F
 
     d = x.shape[-1]
-    t = [torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (x, gamma, beta)]
-    return F.layer_norm(t[0], (d,), t[1], t[2], eps).numpy()
+    return F.layer_norm(tensor64(x), (d,), tensor64(gamma), tensor64(beta), eps).numpy()
 
 
 def oracle_backward(dy, x, gamma, eps=EPS):
@@ -63,10 +52,9 @@ def oracle_backward(dy, x, gamma, eps=EPS):
     import torch.nn.functional as F
 
     d = x.shape[-1]
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    gt = torch.tensor(gamma, dtype=torch.float64, requires_grad=True)
+    xt, gt = tensor64(x, requires_grad=True), tensor64(gamma, requires_grad=True)
     bt = torch.zeros(d, dtype=torch.float64, requires_grad=True)
-    F.layer_norm(xt, (d,), gt, bt, eps).backward(torch.from_numpy(np.asarray(dy, np.float64)))
+    F.layer_norm(xt, (d,), gt, bt, eps).backward(tensor64(dy))
     return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 
@@ -267,30 +255,13 @@ BACKWARD_PROBES = [
 # ----------------------------------------------------------------------------- inputs
 
 
-def rows_with_varied_scale(rng, shape):
-    """Random rows whose scales span 0.01..10 and offsets -5..5: eps and axis bugs show up."""
-    n_rows = int(np.prod(shape[:-1]))
-    scales = np.geomspace(0.01, 10, n_rows).reshape(shape[:-1] + (1,))
-    offsets = rng.uniform(-5, 5, size=shape[:-1] + (1,))
-    return rng.normal(size=shape) * scales + offsets
-
-
-def affine_params(rng, d, dtype=np.float64):
-    return rng.normal(1.0, 0.5, size=d).astype(dtype), rng.normal(0.0, 0.5, size=d).astype(dtype)
-
-
-def _forward_case(sub, x, gamma, beta, what, tol=F64, dtype=None, hint="", eps=EPS):
-    out = sub.call("layernorm_forward", x, gamma, beta, eps=eps)
-    expected = oracle_forward(x, gamma, beta, eps)
-    expect_array(
-        out,
-        expected,
-        what=f"layernorm_forward, {what}",
-        candidates=evaluate(FORWARD_PROBES, x, gamma, beta, eps),
-        dtype=dtype,
-        hint=hint,
-        **tol,
-    )
+FORWARD = Graded("layernorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES)
+BACKWARD = Graded(
+    "layernorm_backward",
+    oracle=oracle_backward,
+    probes=BACKWARD_PROBES,
+    items=("dx", "dgamma", "dbeta"),
+)
 
 
 # ----------------------------------------------------------------------------- forward checks
@@ -302,11 +273,11 @@ def forward_random(sub):
     for shape in [(8, 8), (6, 8), (1, 16)]:  # square first: exposes missing keepdims
         x = rows_with_varied_scale(rng, shape)
         gamma, beta = affine_params(rng, shape[-1])
-        _forward_case(sub, x, gamma, beta, f"x of shape {shape}")
+        FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what=f"x of shape {shape}")
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = rows_with_varied_scale(rng, (6, 8))
     gamma, beta = affine_params(rng, 8)
-    _forward_case(sub, x, gamma, beta, "x of shape (6, 8), eps = 1e-3", eps=1e-3)
+    FORWARD.expect(sub, Args(x, gamma, beta, eps=1e-3), what="x of shape (6, 8), eps = 1e-3")
 
 
 @LAB.check(
@@ -316,9 +287,13 @@ def forward_3d(sub):
     rng = np.random.default_rng(31)
     x = rows_with_varied_scale(rng, (2, 3, 8))
     gamma, beta = affine_params(rng, 8)
-    _forward_case(sub, x, gamma, beta, "x of shape (2, 3, 8)")
+    FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what="x of shape (2, 3, 8)")
     wide = rows_with_varied_scale(rng, (5, 16))
-    _forward_case(sub, wide[:, ::2], gamma, beta, "a non-contiguous view x[:, ::2] of shape (5, 8)")
+    FORWARD.expect(
+        sub,
+        Args(wide[:, ::2], gamma, beta, eps=EPS),
+        what="a non-contiguous view x[:, ::2] of shape (5, 8)",
+    )
 
 
 @LAB.check("forward stays finite as the variance goes to 0", points=1, uses=["layernorm_forward"])
@@ -330,7 +305,7 @@ def forward_small_variance(sub):
     x[2] = 2.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
     x[3] = rng.normal(size=8)
     gamma, beta = affine_params(rng, 8)
-    _forward_case(sub, x, gamma, beta, "rows with variance 0 and 1e-8")
+    FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what="rows with variance 0 and 1e-8")
 
 
 @LAB.check(
@@ -342,13 +317,11 @@ def forward_offset_float32(sub):
     rng = np.random.default_rng(33)
     x = (rng.normal(size=(6, 64)) + 1e4).astype(np.float32)
     gamma, beta = affine_params(rng, 64, np.float32)
-    _forward_case(
+    FORWARD.expect(
         sub,
-        x,
-        gamma,
-        beta,
-        "float32 x + 1e4 of shape (6, 64)",
-        tol=F32,
+        Args(x, gamma, beta, eps=EPS),
+        what="float32 x + 1e4 of shape (6, 64)",
+        tol=F32_OFFSET,
         dtype=np.float32,
         hint="Compute the variance as the mean of (x - mean)**2. The one-pass formula "
         "mean(x**2) - mean(x)**2 subtracts two numbers near 1e8 that float32 stores only to "
@@ -361,7 +334,7 @@ def forward_d1(sub):
     rng = np.random.default_rng(34)
     x = rng.normal(size=(5, 1)) * 10
     gamma, beta = np.array([2.0]), np.array([0.7])
-    _forward_case(sub, x, gamma, beta, "d = 1, x of shape (5, 1)")
+    FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what="d = 1, x of shape (5, 1)")
 
 
 @LAB.check(
@@ -401,23 +374,6 @@ def forward_invariants(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, dy, x, gamma, what, indices, eps=EPS):
-    out = sub.call("layernorm_backward", dy, x, gamma, eps=eps)
-    expected = oracle_backward(dy, x, gamma, eps)
-    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, eps)
-    expect_items(
-        out,
-        expected,
-        ("dx", "dgamma", "dbeta"),
-        indices,
-        function="layernorm_backward",
-        what=what,
-        candidates=candidates,
-        x=x,
-        **F64,
-    )
-
-
 @LAB.check("backward: dx matches autograd", points=2, uses=["layernorm_backward"])
 def backward_dx(sub):
     rng = np.random.default_rng(40)
@@ -427,19 +383,24 @@ def backward_dx(sub):
     x[0] = 2.5
     gamma, _ = affine_params(rng, 8)
     dy = rng.normal(size=(4, 8))
-    _backward_case(sub, dy, x, gamma, "x of shape (4, 8) whose row 0 is constant", [0])
+    what = "x of shape (4, 8) whose row 0 is constant"
+    BACKWARD.expect(sub, Args(dy, x, gamma, eps=EPS), what=what, indices=[0], x=x)
     x = rng.normal(size=(5, 1)) * 3
-    _backward_case(sub, rng.normal(size=(5, 1)), x, np.array([1.5]), "d = 1, x of (5, 1)", [0])
+    args = Args(rng.normal(size=(5, 1)), x, np.array([1.5]), eps=EPS)
+    BACKWARD.expect(sub, args, what="d = 1, x of (5, 1)", indices=[0], x=x)
     for shape in [(4, 6), (3, 16)]:
         x = rows_with_varied_scale(rng, shape)
         gamma, _ = affine_params(rng, shape[-1])
         dy = rng.normal(size=shape)
-        _backward_case(sub, dy, x, gamma, f"x of shape {shape}", [0])
+        BACKWARD.expect(
+            sub, Args(dy, x, gamma, eps=EPS), what=f"x of shape {shape}", indices=[0], x=x
+        )
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = rows_with_varied_scale(rng, (4, 6))
     gamma, _ = affine_params(rng, 6)
     dy = rng.normal(size=(4, 6))
-    _backward_case(sub, dy, x, gamma, "x of shape (4, 6), eps = 1e-3", [0], eps=1e-3)
+    what = "x of shape (4, 6), eps = 1e-3"
+    BACKWARD.expect(sub, Args(dy, x, gamma, eps=1e-3), what=what, indices=[0], x=x)
 
 
 @LAB.check("backward: dgamma and dbeta match autograd", points=1, uses=["layernorm_backward"])
@@ -447,7 +408,8 @@ def backward_params(sub):
     rng = np.random.default_rng(41)
     x = rows_with_varied_scale(rng, (5, 6))
     gamma, _ = affine_params(rng, 6)
-    _backward_case(sub, rng.normal(size=(5, 6)), x, gamma, "x of shape (5, 6)", [1, 2])
+    args = Args(rng.normal(size=(5, 6)), x, gamma, eps=EPS)
+    BACKWARD.expect(sub, args, what="x of shape (5, 6)", indices=[1, 2], x=x)
 
 
 @LAB.check(
@@ -459,7 +421,8 @@ def backward_3d(sub):
     rng = np.random.default_rng(42)
     x = rows_with_varied_scale(rng, (2, 3, 5))
     gamma, _ = affine_params(rng, 5)
-    _backward_case(sub, rng.normal(size=(2, 3, 5)), x, gamma, "x of shape (2, 3, 5)", [0, 1, 2])
+    args = Args(rng.normal(size=(2, 3, 5)), x, gamma, eps=EPS)
+    BACKWARD.expect(sub, args, what="x of shape (2, 3, 5)", x=x)
 
 
 # ----------------------------------------------------------------------------- practice problem 1
@@ -484,20 +447,22 @@ D1_PROBES = [
 ]
 
 
+def oracle_d1_output(x, gamma, beta):
+    """LayerNorm with d = 1: x_hat = 0, so the output is beta (in x's shape)."""
+    return np.broadcast_to(beta, x.shape)
+
+
+D1 = Graded("d1_output", oracle=oracle_d1_output, probes=D1_PROBES)
+D1_HINT = "With one feature the mean is the feature itself."
+
+
 @LAB.check("problem 1: d1_output gives LayerNorm's output for d = 1", points=1, uses=["d1_output"])
 def problem_d1_output(sub):
     rng = np.random.default_rng(50)
     for shape in [(6, 1), (2, 3, 1)]:
         x = rng.normal(size=shape) * 100
         gamma, beta = np.array([rng.normal()]), np.array([rng.normal()])
-        expect_array(
-            sub.call("d1_output", x, gamma, beta),
-            np.broadcast_to(beta, shape),
-            what=f"d1_output, x of shape {shape}",
-            candidates=evaluate(D1_PROBES, x, gamma, beta),
-            hint="With one feature the mean is the feature itself.",
-            **F64,
-        )
+        D1.expect(sub, Args(x, gamma, beta), what=f"x of shape {shape}", hint=D1_HINT)
 
 
 D1_WHY = {
@@ -579,24 +544,25 @@ PROBES = {
 }
 
 
+def oracle_d2_xhat(x, eps):
+    """x_hat of LayerNorm for d = 2 (gamma = 1, beta = 0)."""
+    return oracle_forward(x, np.ones(2), np.zeros(2), eps)
+
+
+D2 = Graded("d2_xhat", oracle=oracle_d2_xhat, probes=D2_PROBES)
+
+
 @LAB.check("problem 2: d2_xhat gives x_hat for d = 2 in closed form", points=1, uses=["d2_xhat"])
 def problem_d2_xhat(sub):
     rng = np.random.default_rng(60)
     far = rng.normal(size=(5, 2)) * 10
     near = np.array([[3.0, 3.001], [3.0, 3.0], [-1e-3, 1e-3], [0.5, 0.5 + 4e-3]])
-    ones, zeros = np.ones(2), np.zeros(2)
     for x, eps, what in [
         (far, EPS, "well-separated pairs"),
         (near, EPS, "nearly equal pairs"),
         (far, 0.0, "eps = 0"),
     ]:
-        expect_array(
-            sub.call("d2_xhat", x, eps=eps),
-            oracle_forward(x, ones, zeros, eps),
-            what=f"d2_xhat, {what}",
-            candidates=evaluate(D2_PROBES, x, eps),
-            **F64,
-        )
+        D2.expect(sub, Args(x, eps=eps), what=what)
 
 
 D2_WHY = {

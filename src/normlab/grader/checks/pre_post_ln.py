@@ -23,9 +23,11 @@ import re
 import numpy as np
 
 from normlab.grader import keys
+from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_items, expect_value, item_of
+from normlab.grader.probes import Probe, expect_value, item_of
 
 LIBRARY_BLOCKS = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"]
 
@@ -43,7 +45,6 @@ LAB = Lab(
 )
 
 LN_EPS, RMS_EPS = 1e-5, 1e-6
-F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-14
 TENSOR = ("tensor",)
 D_MODEL, N_HEADS, D_FF = 8, 2, 16
 
@@ -66,12 +67,12 @@ def _torch():
     return torch
 
 
-def _t(array):
-    """A float64 tensor; a tensor stays itself (it may be a leaf that autograd tracks)."""
-    torch = _torch()
-    if isinstance(array, torch.Tensor):
-        return array
-    return torch.as_tensor(np.asarray(array, dtype=np.float64))
+_t = tensor64  # a float64 tensor; a tensor stays itself (it may be a leaf that autograd tracks)
+
+
+def _as_array(oracle):
+    """``oracle``, returning a NumPy array instead of a tensor."""
+    return lambda *args, **kwargs: oracle(*args, **kwargs).numpy()
 
 
 # ----------------------------------------------------------------------------- oracle: norms
@@ -397,9 +398,7 @@ STACK_PROBES = [
 
 def rows_with_varied_scale(rng, shape):
     """Rows whose scales span 0.01..10 and offsets -5..5."""
-    n_rows = int(np.prod(shape[:-1]))
-    scales = np.geomspace(0.01, 10, n_rows).reshape(shape[:-1] + (1,))
-    return rng.normal(size=shape) * scales + rng.uniform(-5, 5, size=shape[:-1] + (1,))
+    return _rows_with_varied_scale(rng, shape, offsets_first=False)
 
 
 def block_weights(rng, depth=None, d_model=D_MODEL, d_ff=D_FF):
@@ -419,23 +418,62 @@ def block_weights(rng, depth=None, d_model=D_MODEL, d_ff=D_FF):
     )
 
 
-def _torch_args(*arrays):
-    return [AsTorch(np.asarray(a, dtype=np.float64)) for a in arrays]
+def torch_args(*args, **kwargs):
+    """``Args`` whose arrays reach the learner as float64 tensors (the oracle and the probes get
+    the arrays); strings and numbers stay as they are."""
+    tensors = [AsTorch(np.asarray(a, np.float64)) if isinstance(a, np.ndarray) else a for a in args]
+    return Args(*tensors, **kwargs)
+
+
+LAYERNORM = Graded(
+    "scratch_layernorm",
+    oracle=_as_array(oracle_layernorm),
+    probes=LAYERNORM_PROBES,
+    options={"kinds": TENSOR},
+)
+LAYERNORM_GRADS = Graded(
+    "scratch_layernorm_grads",
+    oracle=oracle_layernorm_grads,
+    probes=GRAD_PROBES,
+    prefix=False,
+    options={
+        "kinds": TENSOR,
+        "hint": "The lab's adapter back-propagates through your scratch_layernorm; build it "
+        "from torch operations on x so that autograd sees every dependence.",
+    },
+)
+RMSNORM = Graded(
+    "scratch_rmsnorm",
+    oracle=_as_array(oracle_rmsnorm),
+    probes=RMSNORM_PROBES,
+    options={"kinds": TENSOR},
+)
+BLOCKS = {
+    placement: Graded(
+        "block_output",
+        oracle=_as_array(oracle_block),
+        probes=probes,
+        prefix=False,
+        options={"kinds": TENSOR},
+    )
+    for placement, probes in [("post", POST_BLOCK_PROBES), ("pre", PRE_BLOCK_PROBES)]
+}
+
+
+def oracle_stack_output(placement, n_heads, x, *weights):
+    return oracle_stack(placement, n_heads, x, *weights, final=placement == "pre").numpy()
+
+
+STACK = Graded(
+    "stack_output",
+    oracle=oracle_stack_output,
+    probes=STACK_PROBES,
+    prefix=False,
+    options={"kinds": TENSOR},
+)
 
 
 # ----------------------------------------------------------------------------- norm checks
-
-
-def _layernorm_case(sub, x, gamma, beta, what):
-    out = sub.call("scratch_layernorm", *_torch_args(x, gamma, beta), eps=LN_EPS)
-    expect_array(
-        out,
-        oracle_layernorm(x, gamma, beta).numpy(),
-        what=f"scratch_layernorm, {what}",
-        candidates=evaluate(LAYERNORM_PROBES, x, gamma, beta),
-        kinds=TENSOR,
-        **F64,
-    )
 
 
 @LAB.check("scratch_layernorm matches F.layer_norm", points=2, uses=["scratch_layernorm"])
@@ -444,10 +482,11 @@ def layernorm_forward(sub):
     for shape in [(6, 8), (2, 3, 8)]:
         x = rows_with_varied_scale(rng, shape)
         gamma, beta = rng.normal(1, 0.5, size=8), rng.normal(0, 0.5, size=8)
-        _layernorm_case(sub, x, gamma, beta, f"x of shape {shape}")
+        LAYERNORM.expect(sub, torch_args(x, gamma, beta, eps=LN_EPS), what=f"x of shape {shape}")
     x = rng.normal(size=(3, 8))
     x[0] = 2.5  # a constant row: variance exactly 0
-    _layernorm_case(sub, x, rng.normal(1, 0.5, size=8), rng.normal(size=8), "a constant row")
+    args = torch_args(x, rng.normal(1, 0.5, size=8), rng.normal(size=8), eps=LN_EPS)
+    LAYERNORM.expect(sub, args, what="a constant row")
 
 
 @LAB.check(
@@ -459,21 +498,18 @@ def layernorm_autograd(sub):
     rng = np.random.default_rng(61)
     x = rows_with_varied_scale(rng, (4, 6))
     gamma, beta, dy = rng.normal(1, 0.5, size=6), rng.normal(size=6), rng.normal(size=(4, 6))
-    out = sub.call("scratch_layernorm_grads", *_torch_args(x, gamma, beta, dy))
-    expected = oracle_layernorm_grads(x, gamma, beta, dy)
-    candidates = evaluate(GRAD_PROBES, x, gamma, beta, dy)
+    args = torch_args(x, gamma, beta, dy)
+    expected = args.apply(oracle_layernorm_grads)
+    out = None
     for index, name in enumerate(("dx", "dgamma", "dbeta")):
-        expect_array(
-            out,
-            expected[index],
+        out = LAYERNORM_GRADS.expect(
+            sub,
+            args,
             what=f"{name} from scratch_layernorm_grads, x of shape (4, 6)",
+            expected=expected[index],
             index=index,
             count=3,
-            candidates=candidates,
-            kinds=TENSOR,
-            hint="The lab's adapter back-propagates through your scratch_layernorm; build it "
-            "from torch operations on x so that autograd sees every dependence.",
-            **F64,
+            out=out,
         )
 
 
@@ -483,49 +519,34 @@ def rmsnorm_forward(sub):
     for shape in [(5, 8), (2, 3, 8)]:
         x = rows_with_varied_scale(rng, shape)
         gamma = rng.normal(1, 0.5, size=8)
-        expect_array(
-            sub.call("scratch_rmsnorm", *_torch_args(x, gamma), eps=RMS_EPS),
-            oracle_rmsnorm(x, gamma).numpy(),
-            what=f"scratch_rmsnorm, x of shape {shape}",
-            candidates=evaluate(RMSNORM_PROBES, x, gamma),
-            kinds=TENSOR,
-            **F64,
-        )
+        RMSNORM.expect(sub, torch_args(x, gamma, eps=RMS_EPS), what=f"x of shape {shape}")
 
 
 # ----------------------------------------------------------------------------- block checks
 
 
-def _block_case(sub, placement, norm, probes, seed):
+def _block_case(sub, placement, norm, seed):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(2, 5, D_MODEL)) * 2 + 0.5
-    weights = block_weights(rng)
-    out = sub.call("block_output", placement, norm, N_HEADS, *_torch_args(x, *weights))
-    expected = oracle_block(placement, norm, N_HEADS, x, *weights).numpy()
-    expect_array(
-        out,
-        expected,
-        what=f"block_output('{placement}', '{norm}'), x of shape (2, 5, {D_MODEL})",
-        candidates=evaluate(probes, placement, norm, N_HEADS, x, *weights),
-        kinds=TENSOR,
-        **F64,
-    )
+    args = torch_args(placement, norm, N_HEADS, x, *block_weights(rng))
+    what = f"block_output('{placement}', '{norm}'), x of shape (2, 5, {D_MODEL})"
+    BLOCKS[placement].expect(sub, args, what=what)
 
 
 @LAB.check("PostLNBlock: x = LN(x + G(x)) for each sub-layer", points=2, uses=["block_output"])
 def post_block(sub):
-    _block_case(sub, "post", "layernorm", POST_BLOCK_PROBES, seed=70)
+    _block_case(sub, "post", "layernorm", seed=70)
 
 
 @LAB.check("PreLNBlock: x = x + G(LN(x)) for each sub-layer", points=2, uses=["block_output"])
 def pre_block(sub):
-    _block_case(sub, "pre", "layernorm", PRE_BLOCK_PROBES, seed=71)
+    _block_case(sub, "pre", "layernorm", seed=71)
 
 
 @LAB.check("both blocks work with scratch_rmsnorm", points=1, uses=["block_output"])
 def rms_blocks(sub):
-    _block_case(sub, "post", "rmsnorm", POST_BLOCK_PROBES, seed=72)
-    _block_case(sub, "pre", "rmsnorm", PRE_BLOCK_PROBES, seed=73)
+    _block_case(sub, "post", "rmsnorm", seed=72)
+    _block_case(sub, "pre", "rmsnorm", seed=73)
 
 
 # ----------------------------------------------------------------------------- stack checks
@@ -543,16 +564,9 @@ def _stack_inputs(seed, depth):
 def stack(sub):
     for seed, placement in [(80, "pre"), (81, "post")]:
         x, weights = _stack_inputs(seed, depth=3)
-        out = sub.call("stack_output", placement, N_HEADS, *_torch_args(x, *weights))
-        expected = oracle_stack(placement, N_HEADS, x, *weights, final=placement == "pre")
-        expect_array(
-            out,
-            expected.numpy(),
-            what=f"stack_output('{placement}'), 3 blocks, x of shape (2, 4, {D_MODEL})",
-            candidates=evaluate(STACK_PROBES, placement, N_HEADS, x, *weights),
-            kinds=TENSOR,
-            **F64,
-        )
+        args = torch_args(placement, N_HEADS, x, *weights)
+        what = f"stack_output('{placement}'), 3 blocks, x of shape (2, 4, {D_MODEL})"
+        STACK.expect(sub, args, what=what)
 
 
 def oracle_stack_grads(placement, x, weights, dy):
@@ -566,6 +580,28 @@ def oracle_stack_grads(placement, x, weights, dy):
     return x_leaf.grad.numpy(), torch.sqrt(per_block).numpy()
 
 
+def oracle_stack_grads_of(placement, n_heads, x, *weights_and_dy):
+    """``oracle_stack_grads`` called with stack_grads's arguments (..., *weights, dy)."""
+    *weights, dy = weights_and_dy
+    return oracle_stack_grads(placement, x, weights, dy)
+
+
+STACK_GRADS = {
+    placement: Graded(
+        "stack_grads",
+        oracle=oracle_stack_grads_of,
+        items=("dx", "per-block gradient norms"),
+        label=f"stack_grads('{placement}')",
+        options={
+            "kinds": TENSOR,
+            "hint": "stack_output must already pass; then every block's weights must take "
+            "part in the graph (no .detach(), no torch.no_grad()).",
+        },
+    )
+    for placement in ("post", "pre")
+}
+
+
 @LAB.check(
     "stack gradients at initialization (dx, per-block gradient norms)",
     points=1,
@@ -575,20 +611,8 @@ def stack_gradients(sub):
     for seed, placement in [(90, "post"), (91, "pre")]:
         x, weights = _stack_inputs(seed, depth=4)
         dy = np.random.default_rng(seed + 100).normal(size=x.shape)
-        out = sub.call("stack_grads", placement, N_HEADS, *_torch_args(x, *weights, dy))
-        expected = oracle_stack_grads(placement, x, weights, dy)
-        expect_items(
-            out,
-            expected,
-            ("dx", "per-block gradient norms"),
-            (0, 1),
-            function=f"stack_grads('{placement}')",
-            what="4 blocks",
-            kinds=TENSOR,
-            hint="stack_output must already pass; then every block's weights must take "
-            "part in the graph (no .detach(), no torch.no_grad()).",
-            **F64,
-        )
+        args = torch_args(placement, N_HEADS, x, *weights, dy)
+        STACK_GRADS[placement].expect(sub, args, what="4 blocks")
 
 
 # ----------------------------------------------------------------------------- problem 1
@@ -639,6 +663,17 @@ WARMUP_PROBES = [
         lambda steps, base, w: base * np.minimum(1.0, steps / (w + 1)),
     ),
 ]
+
+
+# Every probe of the lab whose compute is the learner's function with its bug, by that function.
+# The block and stack probes are not: they run the oracle's blocks, whose norms are the library's
+# (forbidden to the learner), and tests/test_pre_post_ln_checks.py proves them one by one.
+PROBES = {
+    "scratch_layernorm": LAYERNORM_PROBES,
+    "scratch_layernorm_grads": GRAD_PROBES,
+    "scratch_rmsnorm": RMSNORM_PROBES,
+    "linear_warmup_lr": WARMUP_PROBES,
+}
 
 
 @LAB.check(

@@ -18,16 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from normlab.grader.cases import F32, Args, Graded, gain, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import (
-    Probe,
-    eps_ignored,
-    evaluate,
-    expect_array,
-    expect_choice,
-    expect_items,
-)
+from normlab.grader.probes import Probe, eps_ignored, expect_choice
 
 LAB = Lab(
     stem="04_rmsnorm",
@@ -41,31 +35,23 @@ LAB = Lab(
 )
 
 EPS = 1e-6
-F64 = {"rtol": 1e-7, "atol": 1e-9}  # float64 answers agree with the oracle to ~1e-15
-F32 = {"rtol": 1e-4, "atol": 1e-5}  # float32: measured error ~1e-7 relative
 JACOBIAN_TOL = {"rtol": 1e-10, "atol": 1e-10}  # closed form vs autograd, float64
 
 
 # ----------------------------------------------------------------------------- oracle
 
 
-def _tensor(a, requires_grad=False):
-    import torch
-
-    return torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)
-
-
 def oracle_forward(x, gamma, eps=EPS):
     import torch.nn.functional as F
 
-    return F.rms_norm(_tensor(x), (x.shape[-1],), _tensor(gamma), eps).numpy()
+    return F.rms_norm(tensor64(x), (x.shape[-1],), tensor64(gamma), eps).numpy()
 
 
 def oracle_backward(dy, x, gamma, eps=EPS):
     import torch.nn.functional as F
 
-    xt, gt = _tensor(x, True), _tensor(gamma, True)
-    F.rms_norm(xt, (x.shape[-1],), gt, eps).backward(_tensor(dy))
+    xt, gt = tensor64(x, True), tensor64(gamma, True)
+    F.rms_norm(xt, (x.shape[-1],), gt, eps).backward(tensor64(dy))
     return xt.grad.numpy(), gt.grad.numpy()
 
 
@@ -74,10 +60,10 @@ def oracle_jacobian(norm, x, gamma, eps):
     import torch.nn.functional as F
     from torch.autograd.functional import jacobian
 
-    d, gt = x.shape[-1], _tensor(gamma)
+    d, gt = x.shape[-1], tensor64(gamma)
     if norm == "layer":
-        return jacobian(lambda v: F.layer_norm(v, (d,), gt, None, eps), _tensor(x)).numpy()
-    return jacobian(lambda v: F.rms_norm(v, (d,), gt, eps), _tensor(x)).numpy()
+        return jacobian(lambda v: F.layer_norm(v, (d,), gt, None, eps), tensor64(x)).numpy()
+    return jacobian(lambda v: F.rms_norm(v, (d,), gt, eps), tensor64(x)).numpy()
 
 
 # ----------------------------------------------------------------------------- forward probes
@@ -416,21 +402,30 @@ def rows_of_varied_size(rng, shape):
     return (rng.normal(size=shape) + offsets) * scales
 
 
-def gain(rng, d, dtype=np.float64):
-    """A gain with distinct entries, so that a transposed Jacobian differs from the right one."""
-    return rng.normal(1.0, 0.5, size=d).astype(dtype)
-
-
-def _forward_case(sub, x, gamma, what, tol=F64, dtype=None, eps=EPS):
-    out = sub.call("rmsnorm_forward", x, gamma, eps=eps)
-    expect_array(
-        out,
-        oracle_forward(x, gamma, eps),
-        what=f"rmsnorm_forward, {what}",
-        candidates=evaluate(FORWARD_PROBES, x, gamma, eps),
-        dtype=dtype,
-        **tol,
-    )
+FORWARD = Graded("rmsnorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES)
+BACKWARD = Graded(
+    "rmsnorm_backward", oracle=oracle_backward, probes=BACKWARD_PROBES, items=("dx", "dgamma")
+)
+JACOBIAN_HINT = (
+    "Row i is output y_i, column j is input x_j; compare your matrix with the closed "
+    "form entry by entry for a small d (d = 2 or 3)."
+)
+JACOBIANS = {
+    "layer": Graded(
+        "layernorm_jacobian",
+        oracle=lambda x, gamma, eps: oracle_jacobian("layer", x, gamma, eps),
+        probes=LAYER_JACOBIAN_PROBES,
+        tol=JACOBIAN_TOL,
+        options={"hint": JACOBIAN_HINT},
+    ),
+    "rms": Graded(
+        "rmsnorm_jacobian",
+        oracle=lambda x, gamma, eps: oracle_jacobian("rms", x, gamma, eps),
+        probes=RMS_JACOBIAN_PROBES,
+        tol=JACOBIAN_TOL,
+        options={"hint": JACOBIAN_HINT},
+    ),
+}
 
 
 # ----------------------------------------------------------------------------- forward checks
@@ -441,19 +436,24 @@ def forward_random(sub):
     rng = np.random.default_rng(60)
     for shape in [(8, 8), (6, 8), (1, 16)]:  # square first: exposes missing keepdims
         x = rows_of_varied_size(rng, shape)
-        _forward_case(sub, x, gain(rng, shape[-1]), f"x of shape {shape}")
+        FORWARD.expect(sub, Args(x, gain(rng, shape[-1]), eps=EPS), what=f"x of shape {shape}")
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = rows_of_varied_size(rng, (6, 8))
-    _forward_case(sub, x, gain(rng, 8), "x of shape (6, 8), eps = 1e-3", eps=1e-3)
+    FORWARD.expect(sub, Args(x, gain(rng, 8), eps=1e-3), what="x of shape (6, 8), eps = 1e-3")
 
 
 @LAB.check("forward handles (B, L, d) and non-contiguous input", points=1, uses=["rmsnorm_forward"])
 def forward_3d(sub):
     rng = np.random.default_rng(61)
     gamma = gain(rng, 8)
-    _forward_case(sub, rows_of_varied_size(rng, (2, 3, 8)), gamma, "x of shape (2, 3, 8)")
+    x = rows_of_varied_size(rng, (2, 3, 8))
+    FORWARD.expect(sub, Args(x, gamma, eps=EPS), what="x of shape (2, 3, 8)")
     wide = rows_of_varied_size(rng, (5, 16))
-    _forward_case(sub, wide[:, ::2], gamma, "a non-contiguous view x[:, ::2] of shape (5, 8)")
+    FORWARD.expect(
+        sub,
+        Args(wide[:, ::2], gamma, eps=EPS),
+        what="a non-contiguous view x[:, ::2] of shape (5, 8)",
+    )
 
 
 @LAB.check("forward stays finite as the RMS goes to 0", points=1, uses=["rmsnorm_forward"])
@@ -464,14 +464,22 @@ def forward_small_rms(sub):
     x[1] = 1e-4 * rng.normal(size=8)  # RMS ~1e-4, below sqrt(eps) = 1e-3
     x[2] = 1e-3 * rng.normal(size=8)  # RMS ~ sqrt(eps): inside vs outside differ most
     x[3] = rng.normal(size=8)
-    _forward_case(sub, x, gain(rng, 8), "rows of zeros and of RMS 1e-4 and 1e-3")
+    FORWARD.expect(
+        sub, Args(x, gain(rng, 8), eps=EPS), what="rows of zeros and of RMS 1e-4 and 1e-3"
+    )
 
 
 @LAB.check("forward keeps float32 as float32", points=1, uses=["rmsnorm_forward"])
 def forward_float32(sub):
     rng = np.random.default_rng(63)
     x = (rng.normal(size=(6, 64)) * 3 + 1).astype(np.float32)
-    _forward_case(sub, x, gain(rng, 64, np.float32), "float32 x of shape (6, 64)", F32, np.float32)
+    FORWARD.expect(
+        sub,
+        Args(x, gain(rng, 64, np.float32), eps=EPS),
+        what="float32 x of shape (6, 64)",
+        tol=F32,
+        dtype=np.float32,
+    )
 
 
 @LAB.check("forward with d = 1 keeps the sign", points=1, uses=["rmsnorm_forward"])
@@ -479,7 +487,7 @@ def forward_d1(sub):
     rng = np.random.default_rng(64)
     x = rng.normal(size=(5, 1)) * 10
     x[0, 0] = 1e-3  # |x| ~ sqrt(eps): not exactly +-gamma
-    _forward_case(sub, x, np.array([2.0]), "d = 1, x of shape (5, 1)")
+    FORWARD.expect(sub, Args(x, np.array([2.0]), eps=EPS), what="d = 1, x of shape (5, 1)")
 
 
 @LAB.check(
@@ -512,41 +520,27 @@ def forward_invariants(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, dy, x, gamma, what, indices, eps=EPS):
-    out = sub.call("rmsnorm_backward", dy, x, gamma, eps=eps)
-    expected = oracle_backward(dy, x, gamma, eps)
-    candidates = evaluate(BACKWARD_PROBES, dy, x, gamma, eps)
-    expect_items(
-        out,
-        expected,
-        ("dx", "dgamma"),
-        indices,
-        function="rmsnorm_backward",
-        what=what,
-        candidates=candidates,
-        x=x,
-        **F64,
-    )
-
-
 @LAB.check("backward: dx matches autograd", points=2, uses=["rmsnorm_backward"])
 def backward_dx(sub):
     rng = np.random.default_rng(70)
     for shape in [(4, 6), (3, 16)]:
         x = rows_of_varied_size(rng, shape)
         x[0] = 0.0  # a row of zeros: the gradient is finite, dy * gamma / sqrt(eps)
-        _backward_case(sub, rng.normal(size=shape), x, gain(rng, shape[-1]), f"x of {shape}", [0])
+        args = Args(rng.normal(size=shape), x, gain(rng, shape[-1]), eps=EPS)
+        BACKWARD.expect(sub, args, what=f"x of {shape}", indices=[0], x=x)
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = rows_of_varied_size(rng, (4, 6))
     dy = rng.normal(size=(4, 6))
-    _backward_case(sub, dy, x, gain(rng, 6), "x of (4, 6), eps = 1e-3", [0], eps=1e-3)
+    args = Args(dy, x, gain(rng, 6), eps=1e-3)
+    BACKWARD.expect(sub, args, what="x of (4, 6), eps = 1e-3", indices=[0], x=x)
 
 
 @LAB.check("backward: dgamma matches autograd", points=1, uses=["rmsnorm_backward"])
 def backward_dgamma(sub):
     rng = np.random.default_rng(71)
     x = rows_of_varied_size(rng, (5, 6))
-    _backward_case(sub, rng.normal(size=(5, 6)), x, gain(rng, 6), "x of shape (5, 6)", [1])
+    args = Args(rng.normal(size=(5, 6)), x, gain(rng, 6), eps=EPS)
+    BACKWARD.expect(sub, args, what="x of shape (5, 6)", indices=[1], x=x)
 
 
 @LAB.check(
@@ -558,38 +552,27 @@ def backward_3d(sub):
     rng = np.random.default_rng(72)
     x = rows_of_varied_size(rng, (2, 3, 5))
     dy = rng.normal(size=(2, 3, 5))
-    _backward_case(sub, dy, x, gain(rng, 5), "x of shape (2, 3, 5)", [0, 1])
+    BACKWARD.expect(sub, Args(dy, x, gain(rng, 5), eps=EPS), what="x of shape (2, 3, 5)", x=x)
 
 
 # ----------------------------------------------------------------------------- practice problem
-
-
-def _jacobian_case(sub, norm, x, gamma, eps, what):
-    name = f"{norm}norm_jacobian"
-    probes = LAYER_JACOBIAN_PROBES if norm == "layer" else RMS_JACOBIAN_PROBES
-    expect_array(
-        sub.call(name, x, gamma, eps),
-        oracle_jacobian(norm, x, gamma, eps),
-        what=f"{name}, {what}",
-        candidates=evaluate(probes, x, gamma, eps),
-        hint="Row i is output y_i, column j is input x_j; compare your matrix with the closed "
-        "form entry by entry for a small d (d = 2 or 3).",
-        **JACOBIAN_TOL,
-    )
 
 
 def _jacobian_random(sub, norm, seed):
     rng = np.random.default_rng(seed)
     for d, offset in [(6, 1.5), (9, -0.7)]:
         x = rng.normal(size=d) * 2 + offset  # an offset: the mean matters
-        _jacobian_case(sub, norm, x, gain(rng, d), 1e-5, f"x of shape ({d},), eps = 1e-5")
+        JACOBIANS[norm].expect(
+            sub, Args(x, gain(rng, d), 1e-5), what=f"x of shape ({d},), eps = 1e-5"
+        )
 
 
 def _jacobian_eps(sub, norm, seed):
     rng = np.random.default_rng(seed)
     x = 0.01 * rng.normal(size=5)  # variance ~1e-4, comparable to eps: eps must be consistent
-    _jacobian_case(sub, norm, x, gain(rng, 5), 1e-4, "small x of shape (5,), eps = 1e-4")
-    _jacobian_case(sub, norm, np.array([0.8]), np.array([1.7]), 0.25, "d = 1, eps = 0.25")
+    graded = JACOBIANS[norm]
+    graded.expect(sub, Args(x, gain(rng, 5), 1e-4), what="small x of shape (5,), eps = 1e-4")
+    graded.expect(sub, Args(np.array([0.8]), np.array([1.7]), 0.25), what="d = 1, eps = 0.25")
 
 
 @LAB.check("problem 1: layernorm_jacobian matches autograd", points=2, uses=["layernorm_jacobian"])

@@ -23,16 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import (
-    Probe,
-    eps_ignored,
-    evaluate,
-    expect_array,
-    expect_choice,
-    expect_items,
-)
+from normlab.grader.probes import Probe, eps_ignored, expect_choice
 
 LAB = Lab(
     stem="01_why_normalize",
@@ -88,7 +83,7 @@ def oracle_standardize(x, axis, eps=EPS):
     import torch
     import torch.nn.functional as F
 
-    t = torch.movedim(torch.tensor(np.asarray(x, np.float64)), axis, -1)
+    t = torch.movedim(tensor64(x), axis, -1)
     return torch.movedim(F.layer_norm(t, (t.shape[-1],), eps=eps), -1, axis).numpy()
 
 
@@ -463,26 +458,12 @@ BACKWARD_PROBES = [
 # ----------------------------------------------------------------------------- standardize checks
 
 
-def _standardize_case(sub, x, axis, what, tol=F64, dtype=None, eps=EPS):
-    expect_array(
-        sub.call("standardize", x, axis=axis, eps=eps),
-        oracle_standardize(x, axis, eps),
-        what=f"standardize, {what}",
-        candidates=evaluate(STANDARDIZE_PROBES, x, axis, eps),
-        dtype=dtype,
-        **tol,
-    )
-
-
 def rows_with_varied_scale(rng, shape, axis=-1):
     """Random values whose slices along ``axis`` get scales 0.05..20 and offsets -5..5."""
-    moved = list(shape)
-    moved.append(moved.pop(axis))
-    n_slices = int(np.prod(moved[:-1]))
-    scales = np.geomspace(0.05, 20, n_slices).reshape(moved[:-1] + [1])
-    offsets = rng.uniform(-5, 5, size=moved[:-1] + [1])
-    values = rng.normal(size=moved) * scales + offsets
-    return np.moveaxis(values, -1, axis)
+    return _rows_with_varied_scale(rng, shape, scales=(0.05, 20.0), axis=axis)
+
+
+STANDARDIZE = Graded("standardize", oracle=oracle_standardize, probes=STANDARDIZE_PROBES, tol=F64)
 
 
 @LAB.check("standardize over the last axis matches torch", points=2, uses=["standardize"])
@@ -490,10 +471,11 @@ def standardize_last_axis(sub):
     rng = np.random.default_rng(100)
     for shape in [(6, 6), (5, 9), (1, 12)]:  # square first: exposes missing keepdims
         x = rows_with_varied_scale(rng, shape)
-        _standardize_case(sub, x, -1, f"x of shape {shape}, axis=-1")
+        STANDARDIZE.expect(sub, Args(x, axis=-1, eps=EPS), what=f"x of shape {shape}, axis=-1")
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = rows_with_varied_scale(rng, (6, 8))
-    _standardize_case(sub, x, -1, "x of shape (6, 8), axis=-1, eps = 1e-3", eps=1e-3)
+    what = "x of shape (6, 8), axis=-1, eps = 1e-3"
+    STANDARDIZE.expect(sub, Args(x, axis=-1, eps=1e-3), what=what)
 
 
 @LAB.check(
@@ -502,9 +484,9 @@ def standardize_last_axis(sub):
 def standardize_other_axes(sub):
     rng = np.random.default_rng(101)
     x = rows_with_varied_scale(rng, (9, 4), axis=0)
-    _standardize_case(sub, x, 0, "x of shape (9, 4), axis=0")
+    STANDARDIZE.expect(sub, Args(x, axis=0, eps=EPS), what="x of shape (9, 4), axis=0")
     x = rows_with_varied_scale(rng, (2, 7, 3), axis=1)
-    _standardize_case(sub, x, 1, "x of shape (2, 7, 3), axis=1")
+    STANDARDIZE.expect(sub, Args(x, axis=1, eps=EPS), what="x of shape (2, 7, 3), axis=1")
 
 
 @LAB.check("standardize stays finite as the variance goes to 0", points=1, uses=["standardize"])
@@ -515,14 +497,15 @@ def standardize_small_variance(sub):
     x[1] = 1.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
     x[2] = 3e-3 * rng.normal(size=8)  # variance ~1e-5, comparable with eps
     x[3] = rng.normal(size=8)
-    _standardize_case(sub, x, -1, "rows with variance 0, 1e-8 and 1e-5")
+    STANDARDIZE.expect(sub, Args(x, axis=-1, eps=EPS), what="rows with variance 0, 1e-8 and 1e-5")
 
 
 @LAB.check("standardize keeps float32 and gives mean 0, variance 1", points=1, uses=["standardize"])
 def standardize_float32_invariants(sub):
     rng = np.random.default_rng(103)
     x = (rng.normal(size=(16, 32)) * 4 + 3).astype(np.float32)
-    _standardize_case(sub, x, -1, "float32 x of shape (16, 32)", tol=F32, dtype=np.float32)
+    what = "float32 x of shape (16, 32)"
+    STANDARDIZE.expect(sub, Args(x, axis=-1, eps=EPS), what=what, tol=F32, dtype=np.float32)
     out = sub.call("standardize", x.astype(np.float64), axis=0, eps=EPS).items[0]
     y = np.asarray(out.array, np.float64)
     if y.shape != x.shape or np.abs(y.mean(axis=0)).max() > 1e-9:
@@ -534,15 +517,7 @@ def standardize_float32_invariants(sub):
 # ----------------------------------------------------------------------------- forward checks
 
 
-def _forward_case(sub, x, weights, activation, what, normalize=False, hint=""):
-    expect_array(
-        sub.call("mlp_forward_stats", x, weights, activation, normalize=normalize),
-        oracle_forward_stats(x, weights, activation, normalize),
-        what=f"mlp_forward_stats, {what}",
-        candidates=evaluate(FORWARD_PROBES, x, weights, activation, normalize),
-        hint=hint,
-        **F64,
-    )
+FORWARD = Graded("mlp_forward_stats", oracle=oracle_forward_stats, probes=FORWARD_PROBES, tol=F64)
 
 
 @LAB.check(
@@ -555,7 +530,8 @@ def forward_stats_random(sub):
     for activation, gain in [("tanh", 1.3), ("relu", 1.1), ("linear", 0.8)]:
         x = rng.normal(size=(6, 8)) + 0.5
         weights = random_weights(rng, 5, 8, gain)
-        _forward_case(sub, x, weights, activation, f"{activation}, 5 layers, x of shape (6, 8)")
+        what = f"{activation}, 5 layers, x of shape (6, 8)"
+        FORWARD.expect(sub, Args(x, weights, activation, normalize=False), what=what)
 
 
 @LAB.check(
@@ -568,9 +544,8 @@ def forward_stats_deep(sub):
     for activation, gain in [("linear", 1.5), ("tanh", 0.9), ("relu", 0.9)]:
         x = rng.normal(size=(10, 16))
         weights = random_weights(rng, 20, 16, gain)
-        _forward_case(
-            sub, x, weights, activation, f"{activation}, 20 layers, gain {gain}, width 16"
-        )
+        what = f"{activation}, 20 layers, gain {gain}, width 16"
+        FORWARD.expect(sub, Args(x, weights, activation, normalize=False), what=what)
 
 
 @LAB.check(
@@ -581,9 +556,11 @@ def forward_stats_deep(sub):
 def forward_stats_edges(sub):
     rng = np.random.default_rng(112)
     x = rng.normal(size=(7, 5))
-    _forward_case(sub, x, random_weights(rng, 1, 5, 1.2), "tanh", "a single tanh layer")
+    args = Args(x, random_weights(rng, 1, 5, 1.2), "tanh", normalize=False)
+    FORWARD.expect(sub, args, what="a single tanh layer")
     x = rng.normal(size=(1, 9))
-    _forward_case(sub, x, random_weights(rng, 4, 9, 1.4), "relu", "batch of one, 4 ReLU layers")
+    args = Args(x, random_weights(rng, 4, 9, 1.4), "relu", normalize=False)
+    FORWARD.expect(sub, args, what="batch of one, 4 ReLU layers")
 
 
 @LAB.check(
@@ -600,13 +577,10 @@ def forward_stats_normalized(sub):
     ]:
         x = rng.normal(size=shape) * 3 + 1
         weights = random_weights(rng, 6, shape[1], gain)
-        _forward_case(
+        FORWARD.expect(
             sub,
-            x,
-            weights,
-            activation,
-            f"{activation}, normalize=True, x of shape {shape}",
-            normalize=True,
+            Args(x, weights, activation, normalize=True),
+            what=f"{activation}, normalize=True, x of shape {shape}",
             hint="With normalize=True: z = standardize(h @ W, axis=-1) (eps=1e-5), then "
             "h = phi(z). If this check fails but the others pass, check standardize first.",
         )
@@ -615,20 +589,13 @@ def forward_stats_normalized(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-def _backward_case(sub, x, weights, upstream, activation, what, indices):
-    out = sub.call("mlp_backward_grad_norms", x, weights, upstream, activation)
-    expected = oracle_backward(x, weights, upstream, activation)
-    candidates = evaluate(BACKWARD_PROBES, x, weights, upstream, activation)
-    expect_items(
-        out,
-        expected,
-        ("input_grad_norms", "weight_grad_norms"),
-        indices,
-        function="mlp_backward_grad_norms",
-        what=what,
-        candidates=candidates,
-        **F64,
-    )
+BACKWARD = Graded(
+    "mlp_backward_grad_norms",
+    oracle=oracle_backward,
+    probes=BACKWARD_PROBES,
+    items=("input_grad_norms", "weight_grad_norms"),
+    tol=F64,
+)
 
 
 @LAB.check(
@@ -642,7 +609,8 @@ def backward_input_norms(sub):
         x = rng.normal(size=(6, 8))
         weights = random_weights(rng, 5, 8, gain)
         upstream = rng.normal(size=(6, 8))
-        _backward_case(sub, x, weights, upstream, activation, f"{activation}, 5 layers", [0])
+        args = Args(x, weights, upstream, activation)
+        BACKWARD.expect(sub, args, what=f"{activation}, 5 layers", indices=[0])
 
 
 @LAB.check(
@@ -656,7 +624,8 @@ def backward_weight_norms(sub):
         x = rng.normal(size=(6, 8))
         weights = random_weights(rng, 5, 8, gain)
         upstream = rng.normal(size=(6, 8))
-        _backward_case(sub, x, weights, upstream, activation, f"{activation}, 5 layers", [1])
+        args = Args(x, weights, upstream, activation)
+        BACKWARD.expect(sub, args, what=f"{activation}, 5 layers", indices=[1])
 
 
 @LAB.check(
@@ -669,11 +638,11 @@ def backward_deep_and_single(sub):
     x = rng.normal(size=(10, 16))
     weights = random_weights(rng, 20, 16, 1.5)
     upstream = rng.normal(size=(10, 16))
-    _backward_case(sub, x, weights, upstream, "tanh", "tanh, 20 layers, gain 1.5", [0, 1])
+    BACKWARD.expect(sub, Args(x, weights, upstream, "tanh"), what="tanh, 20 layers, gain 1.5")
     x = rng.normal(size=(4, 6))
     upstream = rng.normal(size=(4, 6))
     weights = random_weights(rng, 1, 6, 1.0)
-    _backward_case(sub, x, weights, upstream, "relu", "a single ReLU layer", [0, 1])
+    BACKWARD.expect(sub, Args(x, weights, upstream, "relu"), what="a single ReLU layer")
 
 
 # ----------------------------------------------------------------------------- practice problems
@@ -772,6 +741,14 @@ INIT_PROBES = [
 ]
 
 
+def oracle_init_std(fan_in, activation):
+    """He et al. 2015: std = sqrt(2 / fan_in) before a ReLU, sqrt(1 / fan_in) before a linear."""
+    return np.asarray(np.sqrt((2.0 if activation == "relu" else 1.0) / fan_in))
+
+
+INIT_STD = Graded("init_std", oracle=oracle_init_std, probes=INIT_PROBES, tol=F64, prefix=False)
+
+
 @LAB.check(
     "problem 2: init_std keeps the activation scale constant",
     points=1,
@@ -779,26 +756,22 @@ INIT_PROBES = [
 )
 def problem_init_std(sub):
     for fan_in, activation in [(256, "relu"), (256, "linear"), (1000, "relu"), (64, "linear")]:
-        expected = np.sqrt((2.0 if activation == "relu" else 1.0) / fan_in)
-        candidates = evaluate(INIT_PROBES, fan_in, activation)
-        expect_array(
-            sub.call("init_std", fan_in, activation),
-            np.asarray(expected),
+        INIT_STD.expect(
+            sub,
+            Args(fan_in, activation),
             what=f"init_std({fan_in}, {activation!r})",
-            candidates=candidates,
             kinds=("scalar", "ndarray"),
             hint="Var(z) = fan_in * Var(w) * E[h**2]; pick Var(w) so the scale is kept.",
-            **F64,
         )
 
 
 def oracle_scale_with_train_stats(train, test, eps=EPS):
     import torch
 
-    train_t = torch.tensor(train, dtype=torch.float64)
+    train_t = tensor64(train)
     mean = train_t.mean(dim=0)
     var = train_t.var(dim=0, correction=0)
-    return ((torch.tensor(test, dtype=torch.float64) - mean) / torch.sqrt(var + eps)).numpy()
+    return ((tensor64(test) - mean) / torch.sqrt(var + eps)).numpy()
 
 
 def _feature_scaling_variant(stats_from="train", ddof=0):
@@ -839,6 +812,13 @@ FEATURE_SCALING_PROBES = [
     ),
 ]
 
+FEATURE_SCALING = Graded(
+    "scale_with_train_stats",
+    oracle=oracle_scale_with_train_stats,
+    probes=FEATURE_SCALING_PROBES,
+    tol=F64,
+)
+
 # Every probe of the lab, by the learner's function whose arguments its compute takes.
 PROBES = {
     "standardize": STANDARDIZE_PROBES,
@@ -860,13 +840,7 @@ def problem_feature_scaling(sub):
     offsets = np.array([0.0, 5000.0, -0.2, 3.0])
     train = rng.normal(size=(40, 4)) * scales + offsets
     test = rng.normal(size=(4, 4)) * scales + offsets + scales * 0.7  # shifted, square
-    expect_array(
-        sub.call("scale_with_train_stats", train, test, eps=EPS),
-        oracle_scale_with_train_stats(train, test),
-        what="scale_with_train_stats, train (40, 4), test (4, 4)",
-        candidates=evaluate(FEATURE_SCALING_PROBES, train, test, EPS),
-        **F64,
-    )
+    FEATURE_SCALING.expect(sub, Args(train, test, eps=EPS), what="train (40, 4), test (4, 4)")
 
 
 ICS_WHY = {

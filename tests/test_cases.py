@@ -1,0 +1,281 @@
+"""The shared case helper in ``cases.py``: one argument list reaches the learner, the oracle and
+the probes alike; each way of comparing fails on a wrong answer, with the probe's hint; the
+shared input makers draw what they say."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from normlab.grader.cases import (
+    F32,
+    F64,
+    Args,
+    Graded,
+    affine_params,
+    gain,
+    rows_with_varied_scale,
+    tensor64,
+)
+from normlab.grader.core import AsTorch, CheckFailed, ReadBack
+from normlab.grader.notebook import InProcessSubmission
+from normlab.grader.probes import Probe
+
+
+def submission(**functions):
+    return InProcessSubmission(functions, {})
+
+
+def scale(x, factor, *, shift=0.0):
+    return x * factor + shift
+
+
+SLIP = Probe(
+    "factor twice",
+    "This matches x * factor**2.",
+    lambda x, factor, *, shift=0.0: x * factor**2 + shift,
+)
+SCALE = Graded("scale", oracle=scale, probes=[SLIP])
+X = np.arange(6.0).reshape(2, 3) + 1.0
+
+
+def failure(graded, learner, args, **options) -> str:
+    with pytest.raises(CheckFailed) as raised:
+        graded.expect(submission(**{graded.name: learner}), args, what="a case", **options)
+    return str(raised.value)
+
+
+# ----------------------------------------------------------------------------- one argument list
+
+
+def test_the_same_arguments_reach_the_learner_the_oracle_and_the_probes():
+    seen = []
+
+    def recorder(tag, result):
+        def record(*args, **kwargs):
+            seen.append((tag, len(args), sorted(kwargs)))
+            return result(*args, **kwargs)
+
+        return record
+
+    graded = Graded(
+        "scale",
+        oracle=recorder("oracle", scale),
+        probes=[Probe("p", "h", recorder("probe", SLIP.compute))],
+    )
+    graded.expect(submission(scale=recorder("learner", scale)), Args(X, 3.0, shift=1.0), what="c")
+    assert seen == [("learner", 2, ["shift"]), ("oracle", 2, ["shift"]), ("probe", 2, ["shift"])]
+
+
+def test_a_right_answer_passes_and_the_output_comes_back():
+    out = SCALE.expect(submission(scale=scale), Args(X, 3.0, shift=1.0), what="a case")
+    np.testing.assert_array_equal(out.items[0].array, X * 3.0 + 1.0)
+
+
+def test_a_wrong_answer_fails_with_the_name_and_the_matching_probes_hint():
+    message = failure(SCALE, lambda x, factor, shift=0.0: x * factor**2 + shift, Args(X, 3.0))
+    assert message.startswith("scale, a case: max abs error")
+    assert "Why: This matches x * factor**2." in message
+
+
+def test_a_keyword_argument_the_learner_ignores_is_caught():
+    # the oracle gets shift=1 too, so a learner that drops it is wrong
+    message = failure(SCALE, lambda x, factor, shift=0.0: x * factor, Args(X, 3.0, shift=1.0))
+    assert "max abs error 1" in message
+
+
+def test_without_prefix_the_message_starts_with_the_case():
+    graded = Graded("scale", oracle=scale, prefix=False)
+    assert failure(graded, lambda x, factor: x, Args(X, 3.0)).startswith("a case: ")
+
+
+def test_expected_replaces_the_oracle():
+    graded = Graded("scale")
+    graded.expect(submission(scale=scale), Args(X, 2.0), what="c", expected=X * 2.0)
+    assert "max abs error" in failure(graded, scale, Args(X, 2.0), expected=X * 3.0)
+
+
+def test_the_function_tolerance_and_a_case_tolerance():
+    nudged = lambda x, factor: x * factor * (1 + 1e-5)  # noqa: E731
+    assert "rtol 1e-07" in failure(SCALE, nudged, Args(X, 2.0))  # F64 by default
+    SCALE.expect(submission(scale=nudged), Args(X, 2.0), what="c", tol=F32)
+    loose = Graded("scale", oracle=scale, tol=F32)
+    loose.expect(submission(scale=nudged), Args(X, 2.0), what="c")
+    assert "rtol 1e-07" in failure(loose, nudged, Args(X, 2.0), tol=F64)
+
+
+def test_options_reach_expect_array():
+    as32 = lambda x, factor: (x * factor).astype(np.float32)  # noqa: E731
+    assert "dtype is float32" in failure(SCALE, as32, Args(X, 2.0), dtype=np.float64)
+    assert "Hint: look at the factor" in failure(
+        SCALE, lambda x, factor: x, Args(X, 2.0), hint="look at the factor"
+    )
+
+
+def test_an_answer_given_in_out_is_not_called_again():
+    calls = []
+
+    def learner(x, factor):
+        calls.append(1)
+        return x * factor
+
+    sub = submission(scale=learner)
+    out = Args(X, 2.0).call(sub, "scale")
+    SCALE.expect(sub, Args(X, 2.0), what="c", out=out)
+    assert len(calls) == 1
+    with pytest.raises(CheckFailed):
+        SCALE.expect(sub, Args(X, 3.0), what="c", out=out)  # the output of another case
+
+
+# ----------------------------------------------------------------------------- tuples
+
+
+def pair(x, factor):
+    return x * factor, x + factor
+
+
+PAIR_SLIP = Probe(
+    "sum swapped", "This matches x - factor.", lambda x, factor: (x * factor, x - factor)
+)
+PAIR = Graded("pair", oracle=pair, probes=[PAIR_SLIP], items=("prod", "total"))
+
+
+def test_every_item_is_compared_by_default():
+    PAIR.expect(submission(pair=pair), Args(X, 2.0), what="a case")
+    message = failure(PAIR, lambda x, factor: (x * factor, x - factor), Args(X, 2.0))
+    assert message.startswith("pair total, a case:")
+    assert "Why: This matches x - factor." in message
+    assert failure(PAIR, lambda x, factor: (x, x + factor), Args(X, 2.0)).startswith(
+        "pair prod, a case:"
+    )
+
+
+def test_only_the_items_named_are_compared():
+    wrong_total = lambda x, factor: (x * factor, x - factor)  # noqa: E731
+    PAIR.expect(submission(pair=wrong_total), Args(X, 2.0), what="c", indices=[0])
+    assert "pair total" in failure(PAIR, wrong_total, Args(X, 2.0), indices=[1])
+
+
+def test_a_tuple_of_the_wrong_length_fails():
+    message = failure(PAIR, lambda x, factor: (x * factor,), Args(X, 2.0))
+    assert "but a tuple of 2 was expected" in message
+
+
+# ----------------------------------------------------------------------------- wrapped arguments
+
+
+def test_wrapped_arguments_reach_the_oracle_and_the_probes_unwrapped():
+    seen = []
+
+    def oracle(x, factor):
+        seen.append(type(x))
+        return x * factor
+
+    graded = Graded(
+        "scale", oracle=oracle, probes=[Probe("p", "h", lambda x, factor: oracle(x, 2))]
+    )
+    graded.expect(
+        submission(scale=lambda x, factor: np.asarray(x) * factor),
+        Args(AsTorch(X), 3.0),
+        what="c",
+    )
+    assert seen == [np.ndarray, np.ndarray]
+    assert Args(ReadBack(X), out=AsTorch(X)).plain().args[0] is X
+    assert Args(ReadBack(X), out=AsTorch(X)).plain().kwargs["out"] is X
+
+
+def test_the_learner_gets_the_wrapped_argument():
+    import torch
+
+    kinds = []
+
+    def learner(x, factor):
+        kinds.append(type(x))
+        return x.numpy() * factor
+
+    SCALE.expect(submission(scale=learner), Args(AsTorch(X), 2.0), what="c")
+    assert kinds == [torch.Tensor]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def test_rows_with_varied_scale_spans_its_scales_and_offsets():
+    x = rows_with_varied_scale(np.random.default_rng(0), (40, 50))
+    spreads = x.std(axis=-1)
+    assert spreads[0] < 0.05 and spreads[-1] > 5  # geometric 0.01 .. 10
+    assert np.all(np.abs(x.mean(axis=-1)) < 5 + 3 * spreads)
+    assert np.ptp(x.mean(axis=-1)[:10]) > 2  # offsets differ between rows
+
+
+def test_rows_with_varied_scale_along_another_axis():
+    x = rows_with_varied_scale(np.random.default_rng(0), (30, 4), scales=(1e-3, 1.0), axis=0)
+    spreads = x.std(axis=0)
+    assert x.shape == (30, 4)
+    assert spreads[0] < 0.01 and spreads[-1] > 0.3
+
+
+def test_the_order_of_the_draws_is_a_choice():
+    first = rows_with_varied_scale(np.random.default_rng(1), (3, 4))
+    after = rows_with_varied_scale(np.random.default_rng(1), (3, 4), offsets_first=False)
+    rng = np.random.default_rng(1)
+    offsets = rng.uniform(-5, 5, size=(3, 1))
+    expected = rng.normal(size=(3, 4)) * np.geomspace(0.01, 10, 3).reshape(3, 1) + offsets
+    np.testing.assert_array_equal(first, expected)
+    assert not np.allclose(first, after)
+
+
+def test_affine_params_and_gain():
+    gamma, beta = affine_params(np.random.default_rng(2), 500, np.float32)
+    assert gamma.dtype == beta.dtype == np.float32 and gamma.shape == beta.shape == (500,)
+    assert abs(gamma.mean() - 1) < 0.1 and abs(beta.mean()) < 0.1
+    np.testing.assert_array_equal(gain(np.random.default_rng(2), 500, np.float32), gamma)
+
+
+def test_tensor64():
+    import torch
+
+    t = tensor64(np.arange(3, dtype=np.float32))
+    assert t.dtype == torch.float64 and not t.requires_grad
+    assert tensor64(t) is t
+    leaf = tensor64(t, requires_grad=True)
+    assert leaf.requires_grad and leaf is not t
+
+
+# ----------------------------------------------------------------------------- errors and options
+
+
+def test_a_known_error_gets_its_hint_and_others_pass_through():
+    from normlab.grader.core import RaisedError
+
+    graded = Graded("scale", oracle=scale, errors={"could not be broadcast": "Reshape gamma."})
+
+    def broadcasting(x, factor):
+        return x + np.ones(7)
+
+    message = failure(graded, broadcasting, Args(X, 2.0))
+    assert "could not be broadcast" in message and message.endswith("\nWhy: Reshape gamma.")
+    with pytest.raises(RaisedError):
+        graded.expect(submission(scale=lambda x, factor: 1 / 0), Args(X, 2.0), what="c")
+    with pytest.raises(CheckFailed, match="Why: Reshape gamma."):
+        graded.call(submission(scale=broadcasting), Args(X, 2.0))
+
+
+def test_default_options_apply_to_every_case_and_a_case_overrides_them():
+    graded = Graded("scale", oracle=scale, options={"hint": "the default hint"})
+    assert "Hint: the default hint" in failure(graded, lambda x, factor: x, Args(X, 2.0))
+    message = failure(graded, lambda x, factor: x, Args(X, 2.0), hint="this case's")
+    assert "Hint: this case's" in message and "default" not in message
+    scalar = Graded(
+        "scale", oracle=lambda x, factor: np.asarray(3.0), options={"kinds": ("scalar",)}
+    )
+    scalar.expect(submission(scale=lambda x, factor: 3.0), Args(X, 2.0), what="c")
+    assert "expected a scalar" in failure(scalar, lambda x, factor: np.ones(1), Args(X, 2.0))
+
+
+def test_a_label_names_the_function_in_messages():
+    labelled = Graded("scale", oracle=scale, label="scale('pre')")
+    assert failure(labelled, lambda x, factor: x, Args(X, 2.0)).startswith("scale('pre'), a case:")
+    pairs = Graded("pair", oracle=pair, items=("prod", "total"), label="pair('pre')")
+    message = failure(pairs, lambda x, factor: (x, x + factor), Args(X, 2.0))
+    assert message.startswith("pair('pre') prod, a case:")
