@@ -13,7 +13,7 @@ import textwrap
 import types
 import warnings
 
-from normlab.grader import core, report
+from normlab.grader import core, i18n, report
 from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
 from normlab.grader.trap import forbidden_calls, scan_source
@@ -150,7 +150,7 @@ def check(*functions, lab: str | None = None, **named) -> None:
     if os.environ.get("NORMLAB_GRADING"):
         return None  # inside `normlab grade` the grader runs the checks itself
     chosen, results = run(*functions, lab=lab, **named)
-    shown = report.CheckReport(chosen.title, results)
+    shown = report.CheckReport(chosen.title, results, i18n.current_language())
     try:
         from IPython import get_ipython
         from IPython.display import display
