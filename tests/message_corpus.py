@@ -23,19 +23,24 @@ from normlab.grader import notebook
 from normlab.grader.probes import Probe
 
 
-def declared_texts() -> dict[str, list[str]]:
-    """Kind -> the lab-declared texts: ``title``, ``check``, ``hint``, ``why``."""
-    found: dict[str, list[str]] = {"title": [], "check": [], "hint": [], "why": []}
-    for module in MODULES.values():
-        found["title"].append(module.LAB.title)
-        found["check"] += [check.name for check in module.LAB.checks]
-        probes: list[Probe] = [p for value in probe_lists(module).values() for p in value]
-        for listed in getattr(module, "PROBES", {}).values():
-            probes += listed
-        found["hint"] += [p.hint for p in probes]
-        for name, value in vars(module).items():
-            if name.endswith("_WHY") and isinstance(value, dict):
-                found["why"] += list(value.values())
+def declared_texts(stem: str) -> dict[str, list[str]]:
+    """Kind -> the texts lab ``stem`` declares: ``title``, ``check``, ``hint``, ``why``."""
+    module = MODULES[stem]
+    probes: list[Probe] = [p for value in probe_lists(module).values() for p in value]
+    for listed in getattr(module, "PROBES", {}).values():
+        probes += listed
+    whys = [
+        text
+        for name, value in vars(module).items()
+        if name.endswith("_WHY") and isinstance(value, dict)
+        for text in value.values()
+    ]
+    found = {
+        "title": [module.LAB.title],
+        "check": [check.name for check in module.LAB.checks],
+        "hint": [p.hint for p in probes],
+        "why": whys,
+    }
     return {kind: list(dict.fromkeys(texts)) for kind, texts in found.items()}
 
 
@@ -104,20 +109,20 @@ def _editions(namespace: dict, names: list[str]) -> dict[str, list[dict]]:
 
 
 @functools.cache
-def emitted_messages() -> dict[str, list[str]]:
-    """Case name -> the messages its grading emitted (every edition of every lab)."""
+def emitted_messages(stem: str) -> dict[str, list[str]]:
+    """Case -> the messages grading it emitted, for every edition of lab ``stem``."""
+    module = MODULES[stem]
+    names = module.LAB.names
     found: dict[str, list[str]] = {}
-    for stem, module in MODULES.items():
-        names = module.LAB.names
-        solution = solution_namespace(stem)
-        for edition, namespace in (("lab", lab_namespace(stem)), ("solution", solution)):
-            given = {name: namespace[name] for name in names if name in namespace}
-            found[f"{stem}-{edition}"] = _messages_of(stem, given)
-        for edition, cases in _editions(solution, names).items():
-            for index, objects in enumerate(cases):
-                found[f"{stem}-{edition}-{index}"] = _messages_of(stem, objects)
-        for function, listed in getattr(module, "PROBES", {}).items():
-            for probe in listed:
-                messages = _messages_of(stem, {function: as_learner_function(probe)})
-                found[f"{stem}-{function}-{probe.name}"] = messages
+    solution = solution_namespace(stem)
+    for edition, namespace in (("lab", lab_namespace(stem)), ("solution", solution)):
+        given = {name: namespace[name] for name in names if name in namespace}
+        found[edition] = _messages_of(stem, given)
+    for edition, cases in _editions(solution, names).items():
+        for index, objects in enumerate(cases):
+            found[f"{edition}-{index}"] = _messages_of(stem, objects)
+    for function, listed in getattr(module, "PROBES", {}).items():
+        for probe in listed:
+            messages = _messages_of(stem, {function: as_learner_function(probe)})
+            found[f"{function}-{probe.name}"] = messages
     return found

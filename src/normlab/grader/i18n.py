@@ -120,9 +120,10 @@ class CatalogError(ValueError):
     """A catalog entry that cannot be used (tokens that differ, slots that differ, a clash)."""
 
 
-def read_po(path: Path) -> list[tuple[str, str, str, int]]:
-    """(msgctxt, msgid, msgstr, line) of each entry of a PO file (plural forms are not used)."""
-    entries, current, field, line_no = [], {}, None, 0
+def read_po(path: Path) -> list[tuple[str, str, str, str]]:
+    """(msgctxt, msgid, msgstr, where) of each entry of a PO file (plural forms are not used);
+    ``where`` is ``file:line``."""
+    entries, current, field, line_no = [], {}, None, ""
 
     def flush():
         if "msgid" in current and current.get("msgid"):
@@ -132,6 +133,7 @@ def read_po(path: Path) -> list[tuple[str, str, str, int]]:
         current.clear()
 
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        where = f"{path.name}:{number}"
         line = raw.strip()
         if not line or line.startswith("#"):
             if not line and current:
@@ -142,11 +144,11 @@ def read_po(path: Path) -> list[tuple[str, str, str, int]]:
             if keyword in ("msgctxt", "msgid") and "msgstr" in current:
                 flush()
             if not current:
-                line_no = number
+                line_no = where
             field, line = keyword, rest.strip()
             current[field] = ""
         if not (line.startswith('"') and line.endswith('"')) or field is None:
-            raise CatalogError(f"{path.name}:{number}: not a PO line: {raw!r}")
+            raise CatalogError(f"{where}: not a PO line: {raw!r}")
         current[field] += ast.literal_eval(line)
     flush()
     return entries
@@ -283,16 +285,20 @@ def _relative(es_skeleton: str, es_values: list[str], en_values: list[str]) -> s
 
 
 class Catalog:
-    """One language's texts, frames and ui templates."""
+    """One language's texts, frames and ui templates.
 
-    def __init__(self, lang: str, path: Path):
+    Args:
+        lang: the language code.
+        entries: (msgctxt, msgid, msgstr, where) as ``read_po`` gives them.
+    """
+
+    def __init__(self, lang: str, entries: list[tuple[str, str, str, object]]):
         self.lang = lang
         self.texts: dict[str, str] = {}
         self.frames: list[Frame] = []
         self.ui: dict[str, str] = {}
         self._memo: dict[str, str | None] = {}
-        for context, english, spanish, line in read_po(path):
-            where = f"{path.name}:{line}"
+        for context, english, spanish, where in entries:
             if not spanish:
                 raise CatalogError(f"{where}: no translation of {english!r}")
             if context == "ui":
@@ -335,10 +341,15 @@ def _format_fields(template: str) -> list[str]:
     return sorted(re.findall(r"\{(\w*)\}", template))
 
 
+def catalog_path(lang: str) -> Path:
+    return _LOCALE / f"{lang}.po"
+
+
 @functools.cache
 def catalog(lang: str) -> Catalog | None:
-    path = _LOCALE / f"{lang}.po"
-    return Catalog(lang, path) if lang != DEFAULT and path.is_file() else None
+    """The catalog of ``lang`` (None for English, the source language)."""
+    path = catalog_path(lang)
+    return Catalog(lang, read_po(path)) if lang != DEFAULT and path.is_file() else None
 
 
 # ----------------------------------------------------------------------------- translating
@@ -360,13 +371,9 @@ def _line(text: str, book: Catalog) -> str | None:
     return _MARK.sub(lambda m: values[int(m.group(2))], found)
 
 
-def translate(message: str, lang: str | None = None) -> str:
-    """A learner message in ``lang`` (default: the current language), line by line."""
-    lang = current_language() if lang is None else (normalise(lang) or DEFAULT)
-    book = catalog(lang)
-    if book is None or not message:
-        return message
-    lines, verbatim = [], False
+def translation(message: str, book: Catalog) -> tuple[str, list[str]]:
+    """``message`` in ``book``'s language, and the lines that found no translation (kept)."""
+    lines, missed, verbatim = [], [], False
     for text in message.split("\n"):
         if verbatim and not text.startswith(_WHY):
             lines.append(text)  # the learner's traceback
@@ -377,11 +384,24 @@ def translate(message: str, lang: str | None = None) -> str:
             name = raised.group(0)[: -len(" raised ")]
             found = book.ui[RAISED].format(name=name, rest=text[raised.end() :])
         if found is None:
-            untranslated.append((lang, text))
+            missed.append(text)
             found = text
         verbatim = verbatim or bool(raised)
         lines.append(found)
-    return "\n".join(lines)
+    return "\n".join(lines), missed
+
+
+def translate(message: str, lang: str | None = None) -> str:
+    """A learner message in ``lang`` (default: the current language), line by line.
+
+    A line the catalog lacks stays in English (and is listed in ``untranslated``)."""
+    lang = current_language() if lang is None else (normalise(lang) or DEFAULT)
+    book = catalog(lang)
+    if book is None or not message:
+        return message
+    translated, missed = translation(message, book)
+    untranslated.extend((lang, line) for line in missed)
+    return translated
 
 
 def text(english: str, lang: str | None = None, **fields) -> str:
