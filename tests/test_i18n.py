@@ -281,6 +281,89 @@ def test_check_keeps_the_learners_exception_and_translates_its_hint(default_lang
     )
 
 
+def _result(**changes) -> report.SubmissionResult:
+    from normlab.grader.core import CheckResult
+
+    checks = [
+        CheckResult(
+            "forward matches torch on random (N, d) inputs",
+            0,
+            2,
+            False,
+            "`x` is not implemented yet",
+        ),
+        CheckResult("backward: dx matches autograd", 2, 2, True, ""),
+    ]
+    fields = dict(
+        path="work/03_layernorm.ipynb",
+        lab="03_layernorm",
+        score=2,
+        max_score=16,
+        checks=checks,
+        error="Your code stopped in 1 cell (a problem in the notebook's code, not in the grader):\n"
+        "- Code cell 2 failed its assertion: compared.",
+        student="ana",
+        findings=["a finding"],
+        isolation="processes",
+        lang="es",
+    )
+    return report.SubmissionResult(**{**fields, **changes})
+
+
+def test_every_report_surface_has_its_framework_text_in_spanish(default_language):
+    from normlab.grader import gradescope
+
+    before = len(i18n.untranslated)
+    results = [_result(), _result(path="b.ipynb", error="not a regular file", lab=None)]
+    shown = [report.feedback_markdown(r) + report.feedback_html(r) for r in results]
+    shown.append(report.to_table(results))
+    graded = json.loads(report.to_json(results))
+    shown += [
+        json.dumps(gradescope.results(graded, "03_layernorm", n), ensure_ascii=False)
+        for n in (1, 2)
+    ]
+    assert i18n.untranslated[before:] == []
+    text = "\n".join(shown)
+    for spanish_text in (
+        "Puntuación: 2 / 16",
+        "Para que lo revise el profesor",
+        "TU CÓDIGO",
+        "Problema al ejecutar el cuaderno:",
+        "ERROR: no es un archivo normal",
+        "total: 4/32 puntos en 2 cuadernos",
+        "03_layernorm: 2 / 16 puntos.",
+        "Se entregaron 2 cuadernos",
+        "práctica desconocida",
+    ):
+        assert spanish_text in text
+    assert [r["lang"] for r in graded["submissions"]] == ["es", "es"]
+    assert graded["submissions"][0]["checks"][0]["message"] == "`x` is not implemented yet"
+
+
+def test_reports_by_default_are_todays_english(default_language):
+    result = _result(lang=None, findings=[])
+    assert (
+        report.to_table([result])
+        .splitlines()[0]
+        .endswith(
+            "YOUR CODE: Your code stopped in 1 cell (a problem in the notebook's code, not in the grader):"
+        )
+    )
+    assert report.to_table([result, result]).endswith("total: 4/32 points in 2 notebooks")
+    graded = json.loads(report.to_json([result]))
+    assert graded["submissions"][0]["lang"] == "en"
+    from normlab.grader import gradescope
+
+    out = gradescope.results(graded, "03_layernorm", 2)
+    assert out["output"].startswith(
+        "03_layernorm: 2 / 16 points. 2 notebooks were submitted; the first (by name) was graded."
+    )
+    assert out["tests"][0]["name"] == "forward matches torch on random (N, d) inputs"
+    assert gradescope.results(None, "03_layernorm", 0)["output"] == (
+        "No notebook was submitted: upload your 03_layernorm.ipynb."
+    )
+
+
 # ----------------------------------------------------------------------------- normlab grade
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
@@ -381,6 +464,24 @@ def test_grade_feedback_by_default_is_todays_english_byte_for_byte(graded):
     assert as_english == _english_markdown(graded["es-as-en"][0])
     as_spanish = (graded["en-as-es"][1] / "03_layernorm.md").read_text(encoding="utf-8")
     assert as_spanish == (graded["es"][1] / "03_layernorm.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.isolation
+def test_grade_problems_running_a_notebook_in_spanish(tmp_path):
+    book = nbformat.read(SOLUTION, as_version=4)
+    book.cells.insert(3, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
+    nbformat.write(book, tmp_path / "03_layernorm-exit.ipynb")
+    text = SOLUTION.read_text(encoding="utf-8")
+    (tmp_path / "03_layernorm-cut.ipynb").write_text(text[:500], encoding="utf-8")
+    code, data, stderr = grade_json(tmp_path, extra=["--lang", "es"])
+    assert code == 0, stderr
+    cut, exited = data["submissions"]
+    book = spanish()
+    error, missed = translation(cut["error"], book)
+    assert missed == [] and error.startswith("no es un cuaderno válido: JSON roto en la línea")
+    error, missed = translation(exited["error"], book)
+    assert missed == [] and error.startswith("el proceso del cuaderno terminó con el código 3")
+    assert exited["checks"] and all(problems(book, c["message"]) == [] for c in exited["checks"])
 
 
 @pytest.mark.isolation

@@ -236,6 +236,8 @@ class Frame:
         elif kind == "token":
             for mark in _MARK.finditer(skeleton, at):
                 yield mark.start()
+        else:  # two slots side by side: every split
+            yield from range(at, len(skeleton) + 1)
 
     @staticmethod
     def _fill(slot: str, piece: str, catalog: Catalog) -> str | None:
@@ -356,6 +358,8 @@ def catalog(lang: str) -> Catalog | None:
 
 # The learner's own exception message and traceback follow this line; they stay as they are.
 _RAISED = re.compile(r"^`[^`\n]+` raised ")
+# ... and the output of the notebook's process after this one.
+_OUTPUT = "last output: "
 _WHY = "Why: "
 RAISED = "{name} raised {rest}"
 
@@ -386,7 +390,7 @@ def translation(message: str, book: Catalog) -> tuple[str, list[str]]:
         if found is None:
             missed.append(text)
             found = text
-        verbatim = verbatim or bool(raised)
+        verbatim = verbatim or bool(raised) or text.startswith(_OUTPUT)
         lines.append(found)
     return "\n".join(lines), missed
 

@@ -239,7 +239,7 @@ def feedback_markdown(result: SubmissionResult, lang: str | None = None) -> str:
 def feedback_html(result: SubmissionResult, lang: str | None = None) -> str:
     lang = language(result, lang)
     title = html.escape(_title(result, lang))
-    body = CheckReport(i18n.text("Checks", lang), result.checks, lang)._repr_html_()
+    body = CheckReport("Checks", result.checks, lang)._repr_html_()
     error = ""
     if result.error:
         heading = html.escape(error_heading(result.error, lang))
@@ -317,8 +317,9 @@ def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | 
                     lines += [f"        {line}" for line in message[1:]]
     if len(results) > 1:
         got, total = sum(r.score for r in results), sum(r.max_score for r in results)
+        # in the submissions' language when they share one
+        shown = {language(r, lang) for r in results}
+        shown = shown.pop() if len(shown) == 1 else language(None, lang)
         total_line = "total: {got}/{total} points in {count} notebooks"
-        lines.append(
-            i18n.text(total_line, language(None, lang), got=got, total=total, count=len(results))
-        )
+        lines.append(i18n.text(total_line, shown, got=got, total=total, count=len(results)))
     return "\n".join(lines)
