@@ -363,8 +363,13 @@ _OUTPUT = "last output: "
 _WHY = "Why: "
 RAISED = "{name} raised {rest}"
 
-#: lines that found no translation (for the tests), as (language, line)
+#: lines that found no translation (for the tests), as (language, line); the first 1000 only
 untranslated: list[tuple[str, str]] = []
+
+
+def _note(lang: str, lines: list[str]) -> None:
+    room = 1000 - len(untranslated)
+    untranslated.extend((lang, line) for line in lines[: max(0, room)])
 
 
 def _line(text: str, book: Catalog) -> str | None:
@@ -404,7 +409,7 @@ def translate(message: str, lang: str | None = None) -> str:
     if book is None or not message:
         return message
     translated, missed = translation(message, book)
-    untranslated.extend((lang, line) for line in missed)
+    _note(lang, missed)
     return translated
 
 
@@ -415,6 +420,6 @@ def text(english: str, lang: str | None = None, **fields) -> str:
     template = book.ui.get(english) if book else None
     if template is None:
         if book is not None:
-            untranslated.append((lang, english))
+            _note(lang, [english])
         template = english
     return template.format(**fields) if fields else template
