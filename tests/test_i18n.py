@@ -194,6 +194,49 @@ def test_a_line_left_in_english_by_a_lax_frame_is_caught():
     assert any(p.startswith("English") for p in problems(book, message))
 
 
+def _ui_templates() -> list[tuple[str, str]]:
+    """(file, template) for every ``i18n.text(...)`` in the package: literal, or a name bound
+    to a literal in the same file."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "src" / "normlab").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound = {
+            target.id: node.value.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets
+            if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "text"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "i18n"
+            ):
+                first = node.args[0]
+                if isinstance(first, ast.Constant):
+                    found.append((path.name, first.value))
+                elif isinstance(first, ast.Name):
+                    found.append((path.name, bound[first.id]))
+                elif isinstance(first, ast.IfExp):  # "YOUR CODE" if ... else "ERROR"
+                    found += [(path.name, first.body.value), (path.name, first.orelse.value)]
+    return found
+
+
+def test_every_framework_template_has_a_spanish_text():
+    templates = _ui_templates()
+    assert len(templates) >= 15
+    book = spanish()
+    assert [t for t in templates if t[1] not in book.ui] == []
+    # and the proof: a catalog without one of them is caught
+    first = templates[0][1]
+    assert first not in Catalog("es", [e for e in ENTRIES if e[1] != first]).ui
+
+
 # ----------------------------------------------------------------------------- check()
 
 
@@ -253,6 +296,14 @@ def test_check_follows_set_language(default_language):
     assert "is not implemented yet" in _printed(layernorm_forward=_not_yet)
     with pytest.raises(ValueError, match="no messages in 'fr'"):
         normlab.set_language("fr")
+
+
+def test_check_usage_errors_in_spanish(default_language):
+    normlab.set_language("es")
+    with pytest.raises(TypeError, match="check\\(\\) necesita al menos una función"):
+        normlab.check()
+    with pytest.raises(ValueError, match="ninguna práctica comprueba nada_de_esto"):
+        normlab.check(nada_de_esto=1)
 
 
 def _not_yet(x, gamma, beta, eps=1e-5):
