@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -43,6 +44,13 @@ def english_words(text: str) -> list[str]:
     return ENGLISH.findall(skeleton)
 
 
+def numbers(text: str) -> list[str]:
+    """The numbers and shapes of ``text``, in order (identifiers may move in a translation)."""
+    skeleton, values = i18n.abstract(text)
+    kinds = [mark.group(1) for mark in re.finditer(r"⟨([a-z])\d+⟩", skeleton)]
+    return [value for kind, value in zip(kinds, values, strict=True) if kind in "ns"]
+
+
 def spanish() -> Catalog:
     return Catalog("es", ENTRIES)
 
@@ -71,6 +79,8 @@ def problems(book: Catalog, message: str) -> list[str]:
     found = [f"untranslated: {line}" for line in missed]
     if sorted(i18n.tokens(translated)) != sorted(i18n.tokens(message)):
         found.append(f"values differ: {message!r} -> {translated!r}")
+    elif numbers(translated) != numbers(message):  # "got 1, expected 2" stays in that order
+        found.append(f"numbers reordered: {message!r} -> {translated!r}")
     for line in translated.splitlines():
         words = english_words(learner_part_removed(line))
         if words and not missed:
@@ -460,11 +470,20 @@ def graded(tmp_path_factory):
         ("en", english_book, []),
         ("es-as-en", spanish_book, ["--lang", "en"]),
         ("en-as-es", english_book, ["--lang", "es"]),
+        ("env-es", english_book, []),
     ]:
         out = folder / f"out-{name}"
-        code, data, stderr = grade_json(
-            path, extra=["--feedback", out, "--csv", out / "grades.csv", *extra]
-        )
+        before = os.environ.get("NORMLAB_LANG")
+        if name == "env-es":
+            os.environ["NORMLAB_LANG"] = "es"
+        try:
+            code, data, stderr = grade_json(
+                path, extra=["--feedback", out, "--csv", out / "grades.csv", *extra]
+            )
+        finally:
+            os.environ.pop("NORMLAB_LANG", None)
+            if before is not None:
+                os.environ["NORMLAB_LANG"] = before
         assert code == 0, stderr
         (submission,) = data["submissions"]
         (student,) = [p for p in out.iterdir() if p.is_dir()]
@@ -513,8 +532,10 @@ def test_grade_feedback_by_default_is_todays_english_byte_for_byte(graded):
     # --lang overrides the notebook's language, both ways
     as_english = (graded["es-as-en"][1] / "03_layernorm.md").read_text(encoding="utf-8")
     assert as_english == _english_markdown(graded["es-as-en"][0])
-    as_spanish = (graded["en-as-es"][1] / "03_layernorm.md").read_text(encoding="utf-8")
-    assert as_spanish == (graded["es"][1] / "03_layernorm.md").read_text(encoding="utf-8")
+    spanish_markdown = (graded["es"][1] / "03_layernorm.md").read_text(encoding="utf-8")
+    for name in ("en-as-es", "env-es"):  # --lang es, or NORMLAB_LANG=es
+        assert (graded[name][1] / "03_layernorm.md").read_text(encoding="utf-8") == spanish_markdown
+        assert graded[name][0]["lang"] == "es"
 
 
 @pytest.mark.isolation
