@@ -11,7 +11,7 @@ import random
 
 __version__ = "0.1.0"
 
-__all__ = ["check", "set_seed", "__version__"]
+__all__ = ["check", "set_language", "set_seed", "__version__"]
 
 
 def set_seed(seed: int = 0) -> None:
@@ -29,6 +29,18 @@ def set_seed(seed: int = 0) -> None:
     except ImportError:  # the NumPy-only labs do not need torch
         return
     torch.manual_seed(seed)
+
+
+def set_language(lang: str | None) -> None:
+    """Show ``check()``'s feedback in ``lang``: ``"es"`` (Spanish) or ``"en"`` (English).
+
+    Without it, ``check()`` follows the environment variable ``NORMLAB_LANG``, else English.
+    Check names, hints and explanations are translated; numbers and code names stay as they are.
+    ``None`` goes back to that default.
+    """
+    from normlab.grader.i18n import set_language as choose
+
+    choose(lang)
 
 
 def check(*functions, lab: str | None = None, **named):

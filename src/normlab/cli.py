@@ -90,13 +90,13 @@ def _grade(args) -> int:
     if args.csv:
         report.write_atomically(Path(args.csv), report.to_csv(results))
     if args.feedback:
-        report.write_feedback(results, Path(args.feedback))
+        report.write_feedback(results, Path(args.feedback), args.lang)
     if args.json and args.shard:
-        print(_shard_json(results, args.shard, total, positions))
+        print(_shard_json(results, args.shard, total, positions, args.lang))
     elif args.json:
-        print(report.to_json(results))
+        print(report.to_json(results, args.lang))
     else:
-        print(report.to_table(results, verbose=not args.quiet))
+        print(report.to_table(results, verbose=not args.quiet, lang=args.lang))
     elapsed = time.monotonic() - started
     print(
         f"graded {counts['graded']} notebook(s), reused {counts['reused']} unchanged from the "
@@ -106,12 +106,12 @@ def _grade(args) -> int:
     return 0
 
 
-def _shard_json(results, shard, total, positions) -> str:
+def _shard_json(results, shard, total, positions, lang=None) -> str:
     import json
 
     from normlab.grader import report
 
-    payload = json.loads(report.to_json(results))
+    payload = json.loads(report.to_json(results, lang))
     payload["shard"] = {
         "index": shard[0],
         "count": shard[1],
@@ -166,11 +166,11 @@ def _merge(args) -> int:
     if args.csv:
         report.write_atomically(Path(args.csv), report.to_csv(results))
     if args.feedback:
-        report.write_feedback(results, Path(args.feedback))
+        report.write_feedback(results, Path(args.feedback), args.lang)
     if args.json:
-        print(report.to_json(results))
+        print(report.to_json(results, args.lang))
     else:
-        print(report.to_table(results, verbose=not args.quiet))
+        print(report.to_table(results, verbose=not args.quiet, lang=args.lang))
     return 0
 
 
@@ -288,6 +288,7 @@ def _translations(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from normlab.grader.i18n import LANGUAGES
     from normlab.grader.isolation.limits import DEFAULT as DEFAULT_LIMITS
 
     parser = argparse.ArgumentParser(prog="normlab", description="The normlab course tools.")
@@ -361,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     grade.add_argument("--quiet", action="store_true", help="table without the failed checks")
     grade.add_argument(
+        "--lang",
+        choices=LANGUAGES,
+        help="language of the feedback, the table and JSON's lang (default: each notebook's "
+        "metadata.normlab.lang, else NORMLAB_LANG, else en); the CSV stays in English",
+    )
+    grade.add_argument(
         "--shard",
         type=_shard,
         metavar="I/N",
@@ -377,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     merge.add_argument("--csv", metavar="FILE", help="write the CSV gradebook (atomically)")
     merge.add_argument("--feedback", metavar="DIR", help="write the per-student feedback")
     merge.add_argument("--quiet", action="store_true", help="table without the failed checks")
+    merge.add_argument(
+        "--lang",
+        choices=LANGUAGES,
+        help="language of the feedback, the table and JSON's lang (default: each notebook's "
+        "metadata.normlab.lang, else NORMLAB_LANG, else en); the CSV stays in English",
+    )
     merge.set_defaults(run=_merge)
 
     export = commands.add_parser(

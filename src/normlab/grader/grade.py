@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normlab.grader import attribution, core, lms, trap
+from normlab.grader import attribution, core, i18n, lms, trap
 from normlab.grader.isolation import files
 from normlab.grader.isolation.forkserver import ForkServer
 from normlab.grader.isolation.limits import DEFAULT, Limits
@@ -147,11 +147,14 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
     metadata = notebook.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     declared = metadata.get("normlab")
-    # Only a well-formed declaration is used: {"normlab": {"lab": "03_layernorm"}}.
-    if isinstance(declared, dict) and isinstance(declared.get("lab"), str):
-        metadata = {"normlab": {"lab": declared["lab"]}}
-    else:
-        metadata = {}
+    # Only a well-formed declaration is used: {"normlab": {"lab": "03_layernorm", "lang": "es"}}.
+    kept = {}
+    if isinstance(declared, dict):
+        if isinstance(declared.get("lab"), str):
+            kept["lab"] = declared["lab"]
+        if i18n.normalise(declared.get("lang")):
+            kept["lang"] = i18n.normalise(declared["lang"])
+    metadata = {"normlab": kept} if kept else {}
     return cells, metadata
 
 
@@ -259,6 +262,7 @@ def grade_bytes(
         student,
         findings,
         isolation.description,
+        metadata.get("normlab", {}).get("lang"),
     )
 
 

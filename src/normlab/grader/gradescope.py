@@ -15,6 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from normlab.grader import i18n
+
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the autograder's image.
 set -euo pipefail
@@ -49,31 +51,44 @@ if [ -f "$ROOT/source/extra_checks.py" ]; then EXTRA=(--extra-checks "$ROOT/sour
 
 
 def results(graded: dict | None, lab: str, notebooks: int) -> dict:
-    """Gradescope's results.json for the JSON ``normlab grade --json`` printed (or None)."""
+    """Gradescope's results.json for the JSON ``normlab grade --json`` printed (or None).
+
+    The texts students read are in the submission's ``lang`` (the notebook's language)."""
     submissions = (graded or {}).get("submissions", [])
     if notebooks == 0 or not submissions:
         why = (
-            f"No notebook was submitted: upload your {lab}.ipynb."
+            i18n.text("No notebook was submitted: upload your {lab}.ipynb.", lab=lab)
             if notebooks == 0
-            else "The grader could not run; please tell your instructor."
+            else i18n.text("The grader could not run; please tell your instructor.")
         )
         return {"score": 0, "output": why, "visibility": "visible", "tests": []}
     submission = submissions[0]
+    lang = i18n.normalise(submission.get("lang")) or i18n.current_language()
     tests = [
         {
-            "name": check["name"],
+            "name": i18n.translate(check["name"], lang),
             "score": check["points"],
             "max_score": check["max_points"],
-            "output": check["message"],
+            "output": i18n.translate(check["message"], lang),
             "visibility": "visible",
         }
         for check in submission["checks"]
     ]
-    output = f"{lab}: {submission['score']} / {submission['max_score']} points."
+    output = i18n.text(
+        "{lab}: {score} / {max_score} points.",
+        lang,
+        lab=lab,
+        score=submission["score"],
+        max_score=submission["max_score"],
+    )
     if notebooks > 1:
-        output += f" {notebooks} notebooks were submitted; the first (by name) was graded."
+        output += i18n.text(
+            " {notebooks} notebooks were submitted; the first (by name) was graded.",
+            lang,
+            notebooks=notebooks,
+        )
     if submission.get("error"):
-        output += "\n\n" + submission["error"]
+        output += "\n\n" + i18n.translate(submission["error"], lang)
     return {
         "score": submission["score"],
         "output": output,

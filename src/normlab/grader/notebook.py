@@ -13,7 +13,7 @@ import textwrap
 import types
 import warnings
 
-from normlab.grader import core, report
+from normlab.grader import core, i18n, report
 from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
 from normlab.grader.trap import forbidden_calls, scan_source
@@ -117,8 +117,10 @@ def _names_for(value, given_name: str | None) -> str:
     name = getattr(value, "__name__", None)
     if not name:
         raise TypeError(
-            "check() needs a function (check(layernorm_forward)) or a named answer "
-            "(check(D1_ANSWER=D1_ANSWER))"
+            i18n.text(
+                "check() needs a function (check(layernorm_forward)) or a named answer "
+                "(check(D1_ANSWER=D1_ANSWER))"
+            )
         )
     return name
 
@@ -128,17 +130,27 @@ def run(*functions, lab: str | None = None, **named) -> tuple[core.Lab, list[cor
     objects = {_names_for(f, None): f for f in functions}
     objects.update(named)
     if not objects:
-        raise TypeError("check() needs at least one function or answer")
+        raise TypeError(i18n.text("check() needs at least one function or answer"))
     if lab is not None:
         chosen = get_lab(lab)
     else:
         candidates = {found.stem: found for name in objects for found in labs_using(name)}
         if not candidates:
             known = ", ".join(n for each in all_labs().values() for n in each.names)
-            raise ValueError(f"no lab checks {', '.join(objects)}; names the labs check: {known}")
+            raise ValueError(
+                i18n.text(
+                    "no lab checks {names}; names the labs check: {known}",
+                    names=", ".join(objects),
+                    known=known,
+                )
+            )
         if len(candidates) > 1:
             raise ValueError(
-                f"{', '.join(objects)} belongs to several labs: pass lab=one of {list(candidates)}"
+                i18n.text(
+                    "{names} belongs to several labs: pass lab=one of {labs}",
+                    names=", ".join(objects),
+                    labs=list(candidates),
+                )
             )
         chosen = next(iter(candidates.values()))
     submission = InProcessSubmission(objects, chosen.forbidden)
@@ -150,7 +162,7 @@ def check(*functions, lab: str | None = None, **named) -> None:
     if os.environ.get("NORMLAB_GRADING"):
         return None  # inside `normlab grade` the grader runs the checks itself
     chosen, results = run(*functions, lab=lab, **named)
-    shown = report.CheckReport(chosen.title, results)
+    shown = report.CheckReport(chosen.title, results, i18n.current_language())
     try:
         from IPython import get_ipython
         from IPython.display import display

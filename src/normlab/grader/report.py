@@ -13,17 +13,38 @@ import re
 import tempfile
 from pathlib import Path
 
+from normlab.grader import i18n
 from normlab.grader.attribution import is_learner_code
 from normlab.grader.core import CheckResult
 
 PASS, FAIL = "✓", "✗"
 
 
-class CheckReport:
-    """The in-notebook report: one line per check, and for a failed check where and why."""
+def language(result: SubmissionResult | None = None, lang: str | None = None) -> str:
+    """The language a report is given in: ``lang`` (``--lang``), else the notebook's own
+    (``metadata.normlab.lang``), else ``set_language``/``NORMLAB_LANG``, else English."""
+    chosen = i18n.normalise(lang) or (i18n.normalise(result.lang) if result else None)
+    return chosen or i18n.current_language()
 
-    def __init__(self, title: str, results: list[CheckResult]):
+
+class CheckReport:
+    """The in-notebook report: one line per check, and for a failed check where and why.
+
+    Results hold the English messages; the report shows them in ``lang`` (check names, hints and
+    headings translated, numbers and identifiers as they are)."""
+
+    def __init__(self, title: str, results: list[CheckResult], lang: str | None = None):
         self.title, self.results = title, results
+        self.lang = i18n.normalise(lang) or i18n.DEFAULT
+
+    def _points(self, got: int, total: int) -> str:
+        return i18n.text(
+            "{title}: {got}/{total} points",
+            self.lang,
+            title=i18n.translate(self.title, self.lang),
+            got=got,
+            total=total,
+        )
 
     @property
     def score(self) -> tuple[int, int]:
@@ -31,11 +52,12 @@ class CheckReport:
 
     def __str__(self) -> str:
         got, total = self.score
-        lines = [f"{self.title}: {got}/{total} points"]
+        lines = [self._points(got, total)]
         for result in self.results:
             mark = PASS if result.passed else FAIL
-            lines.append(f"  {mark} {result.name}  [{result.points}/{result.max_points}]")
-            for line in result.message.splitlines():
+            name = i18n.translate(result.name, self.lang)
+            lines.append(f"  {mark} {name}  [{result.points}/{result.max_points}]")
+            for line in i18n.translate(result.message, self.lang).splitlines():
                 lines.append(f"      {line}")
         return "\n".join(lines)
 
@@ -50,17 +72,18 @@ class CheckReport:
             tint = "#1a7f37" if result.passed else "#cf222e"
             message = ""
             if result.message:
-                body = html.escape(result.message).replace("\n", "<br>")
+                text = i18n.translate(result.message, self.lang)
+                body = html.escape(text).replace("\n", "<br>")
                 message = f'<div style="margin:2px 0 6px 1.6em;color:#444">{body}</div>'
             rows.append(
                 f'<div><span style="color:{tint};font-weight:bold">{mark}</span> '
-                f'{html.escape(result.name)} <span style="color:#666">'
+                f'{html.escape(i18n.translate(result.name, self.lang))} <span style="color:#666">'
                 f"[{result.points}/{result.max_points}]</span>{message}</div>"
             )
         return (
             '<div style="font-family:system-ui,sans-serif;font-size:13px;line-height:1.4">'
-            f'<div style="font-weight:bold;color:{colour}">{html.escape(self.title)}: '
-            f"{got}/{total} points</div>{''.join(rows)}</div>"
+            f'<div style="font-weight:bold;color:{colour}">{html.escape(self._points(got, total))}'
+            f"</div>{''.join(rows)}</div>"
         )
 
 
@@ -79,6 +102,9 @@ class SubmissionResult:
     findings: list[str] = dataclasses.field(default_factory=list)
     #: how the submission was run (sandbox or processes, and as which user)
     isolation: str | None = None
+    #: the language of the learner's feedback (the notebook's ``metadata.normlab.lang``, or
+    #: ``--lang``); None: the default. Messages are kept in English and translated when shown.
+    lang: str | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -91,6 +117,7 @@ class SubmissionResult:
             "checks": [c.as_dict() for c in self.checks],
             "findings": list(self.findings),
             "isolation": self.isolation,
+            "lang": self.lang,
         }
 
     @classmethod
@@ -109,6 +136,7 @@ class SubmissionResult:
             data.get("student"),
             findings,
             data.get("isolation"),
+            i18n.normalise(data.get("lang")),
         )
 
 
@@ -127,8 +155,15 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def to_json(results: list[SubmissionResult]) -> str:
-    return json.dumps({"submissions": [r.as_dict() for r in results]}, indent=2, ensure_ascii=False)
+def to_json(results: list[SubmissionResult], lang: str | None = None) -> str:
+    """The JSON contract; each submission's ``lang`` says which language its feedback is shown
+    in (``message`` and ``error`` stay in English, the course's source text)."""
+    submissions = []
+    for result in results:
+        data = result.as_dict()
+        data["lang"] = language(result, lang)
+        submissions.append(data)
+    return json.dumps({"submissions": submissions}, indent=2, ensure_ascii=False)
 
 
 def to_csv(results: list[SubmissionResult]) -> str:
@@ -171,54 +206,72 @@ def to_csv(results: list[SubmissionResult]) -> str:
     return buffer.getvalue()
 
 
-def feedback_markdown(result: SubmissionResult) -> str:
+def _title(result: SubmissionResult, lang: str) -> str:
+    lab = result.lab or i18n.text("unknown lab", lang)
+    return f"{lab} — {result.student or Path(result.path).stem}"
+
+
+_FINDINGS = "For the instructor to review (from-scratch rule):"
+
+
+def feedback_markdown(result: SubmissionResult, lang: str | None = None) -> str:
     """What a student gets back: score, then each check with its points and what to fix."""
-    title = f"{result.lab or 'unknown lab'} — {result.student or Path(result.path).stem}"
-    lines = [f"# {title}", "", f"**Score: {result.score} / {result.max_score}**", ""]
+    lang = language(result, lang)
+    score = i18n.text(
+        "Score: {score} / {max_score}", lang, score=result.score, max_score=result.max_score
+    )
+    lines = [f"# {_title(result, lang)}", "", f"**{score}**", ""]
     if result.error:
-        lines += [f"**{error_heading(result.error)}**", "", "```", result.error, "```", ""]
+        error = i18n.translate(result.error, lang)
+        lines += [f"**{error_heading(result.error, lang)}**", "", "```", error, "```", ""]
     if result.findings:
-        lines += ["**For the instructor to review (from-scratch rule):**", ""]
+        lines += [f"**{i18n.text(_FINDINGS, lang)}**", ""]
         lines += [f"- {finding}" for finding in result.findings] + [""]
     for check in result.checks:
         mark = PASS if check.passed else FAIL
-        lines.append(f"- {mark} {check.name} — {check.points}/{check.max_points}")
-        for line in check.message.splitlines():
+        name = i18n.translate(check.name, lang)
+        lines.append(f"- {mark} {name} — {check.points}/{check.max_points}")
+        for line in i18n.translate(check.message, lang).splitlines():
             lines.append(f"  > {line}")
     return "\n".join(lines) + "\n"
 
 
-def feedback_html(result: SubmissionResult) -> str:
-    title = html.escape(
-        f"{result.lab or 'unknown lab'} — {result.student or Path(result.path).stem}"
-    )
-    body = CheckReport("Checks", result.checks)._repr_html_()
+def feedback_html(result: SubmissionResult, lang: str | None = None) -> str:
+    lang = language(result, lang)
+    title = html.escape(_title(result, lang))
+    body = CheckReport("Checks", result.checks, lang)._repr_html_()
     error = ""
     if result.error:
-        heading = html.escape(error_heading(result.error))
-        error = f"<p><b>{heading}</b></p><pre>{html.escape(result.error)}</pre>"
+        heading = html.escape(error_heading(result.error, lang))
+        text = html.escape(i18n.translate(result.error, lang))
+        error = f"<p><b>{heading}</b></p><pre>{text}</pre>"
     if result.findings:
         items = "".join(f"<li>{html.escape(f)}</li>" for f in result.findings)
-        error += f"<p><b>For the instructor to review (from-scratch rule):</b></p><ul>{items}</ul>"
+        error += f"<p><b>{html.escape(i18n.text(_FINDINGS, lang))}</b></p><ul>{items}</ul>"
+    score = i18n.text(
+        "Score: {score} / {max_score}", lang, score=result.score, max_score=result.max_score
+    )
     return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
-        f"<body><h1>{title}</h1><p><b>Score: {result.score} / {result.max_score}</b></p>"
+        f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title></head>'
+        f"<body><h1>{title}</h1><p><b>{html.escape(score)}</b></p>"
         f"{error}{body}</body></html>\n"
     )
 
 
-def error_heading(error: str) -> str:
+def error_heading(error: str, lang: str = i18n.DEFAULT) -> str:
     """How a report introduces a submission's error: the learner's code, or running it at all."""
     if is_learner_code(error):
-        return "A cell of your notebook stopped (your code, not the grader):"
-    return "Problem running the notebook:"
+        return i18n.text("A cell of your notebook stopped (your code, not the grader):", lang)
+    return i18n.text("Problem running the notebook:", lang)
 
 
-def error_label(error: str) -> str:
-    return "YOUR CODE" if is_learner_code(error) else "ERROR"
+def error_label(error: str, lang: str = i18n.DEFAULT) -> str:
+    return i18n.text("YOUR CODE" if is_learner_code(error) else "ERROR", lang)
 
 
-def write_feedback(results: list[SubmissionResult], folder: Path) -> list[Path]:
+def write_feedback(
+    results: list[SubmissionResult], folder: Path, lang: str | None = None
+) -> list[Path]:
     """``folder/STUDENT/LAB.md`` and ``.html`` for each result (file stem added on a clash)."""
     written, taken = [], set()
     for result in sorted(results, key=lambda r: r.path):
@@ -227,7 +280,8 @@ def write_feedback(results: list[SubmissionResult], folder: Path) -> list[Path]:
         if (student, name) in taken:
             name = f"{name}-{safe_name(Path(result.path).stem)}"
         taken.add((student, name))
-        for suffix, text in ((".md", feedback_markdown(result)), (".html", feedback_html(result))):
+        pages = ((".md", feedback_markdown(result, lang)), (".html", feedback_html(result, lang)))
+        for suffix, text in pages:
             target = Path(folder) / student / f"{name}{suffix}"
             write_atomically(target, text)
             written.append(target)
@@ -240,25 +294,32 @@ def safe_name(text: str) -> str:
     return cleaned[:100]
 
 
-def to_table(results: list[SubmissionResult], verbose: bool = True) -> str:
+def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | None = None) -> str:
     """A readable summary: one line per submission, then its failed checks."""
     lines = []
     width = max([len(r.path) for r in results] + [10])
     for result in results:
-        error_lines = result.error.splitlines() if result.error else []
+        shown = language(result, lang)
+        error = i18n.translate(result.error, shown) if result.error else ""
+        error_lines = error.splitlines()
+        label = error_label(result.error, shown) if result.error else ""
         lines.append(
             f"{result.path:<{width}}  {result.lab or '?':<18} {result.score:>3}/{result.max_score:<3}"
-            + (f"  {error_label(result.error)}: {error_lines[0]}" if error_lines else "")
+            + (f"  {label}: {error_lines[0]}" if error_lines else "")
         )
         lines += [f"      {line}" for line in error_lines[1:]]
         if verbose:
             for check in result.checks:
                 if not check.passed:
-                    message = check.message.splitlines() or [""]
-                    lines.append(f"    {FAIL} {check.name}: {message[0]}")
+                    message = i18n.translate(check.message, shown).splitlines() or [""]
+                    lines.append(f"    {FAIL} {i18n.translate(check.name, shown)}: {message[0]}")
                     # The whole message: the "Why:" hints are on the lines after the first.
                     lines += [f"        {line}" for line in message[1:]]
     if len(results) > 1:
         got, total = sum(r.score for r in results), sum(r.max_score for r in results)
-        lines.append(f"total: {got}/{total} points in {len(results)} notebooks")
+        # in the submissions' language when they share one
+        shown = {language(r, lang) for r in results}
+        shown = shown.pop() if len(shown) == 1 else language(None, lang)
+        total_line = "total: {got}/{total} points in {count} notebooks"
+        lines.append(i18n.text(total_line, shown, got=got, total=total, count=len(results)))
     return "\n".join(lines)
