@@ -173,11 +173,13 @@ def test_every_temporary_folder_is_removed(corpus_run):
     assert list(scratch.iterdir()) == []
 
 
-def test_nothing_written_outside_the_sandbox(corpus_run):
-    _, _, targets, mode, _, _ = corpus_run
-    if mode != "sandbox":
-        pytest.skip("without the sandbox a notebook can write where its user can")
+def test_nothing_written_outside_the_childs_folder(corpus_run):
+    results, _, targets, mode, _, _ = corpus_run
+    isolation = results["03_layernorm_writes_outside.ipynb"]["isolation"]
+    if mode != "sandbox" and "the rest read-only" not in isolation:
+        pytest.skip("no mount namespace here: a notebook can write where its user can")
     assert targets["sentinel"].read_text() == ORIGINAL
+    assert "Read-only file system" in results["03_layernorm_writes_outside.ipynb"]["error"]
 
 
 def test_another_students_file_cannot_be_read(corpus_run):
@@ -185,6 +187,89 @@ def test_another_students_file_cannot_be_read(corpus_run):
     if mode != "sandbox":
         pytest.skip("without the sandbox a notebook can read what its user can")
     assert "FileNotFoundError" in (results["03_layernorm_reads_other_student.ipynb"]["error"] or "")
+
+
+# ----------------------------------------------------------------------------- every lab
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
+    """NumPy labs graded without PyTorch (under the sandbox) and lab 06 with it: each solution
+    earns every point with no error, each fresh lab none."""
+    from conftest import ROOT
+
+    from normlab.grader.registry import all_labs
+
+    labs = all_labs()
+    for kind in ("solutions", "labs"):
+        (tmp_path / kind).mkdir()
+        for stem in labs:
+            shutil.copy(ROOT / kind / f"{stem}.ipynb", tmp_path / kind / f"{stem}.ipynb")
+    done = subprocess.run(
+        grade_command(tmp_path, mode, "--jobs", "2"), capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {
+        (Path(s["path"]).parent.name, s["lab"]): s for s in json.loads(done.stdout)["submissions"]
+    }
+    assert len(results) == 2 * len(labs)
+    for stem, lab in labs.items():
+        solution, fresh = results["solutions", stem], results["labs", stem]
+        assert (solution["score"], solution["error"]) == (lab.max_score, None), solution
+        assert fresh["score"] == 0, fresh
+    hidden = [stem for stem, lab in labs.items() if not lab.torch]
+    assert "06_pre_post_ln" not in hidden and len(hidden) == len(labs) - 1
+
+
+def test_the_sandbox_hides_torch_at_the_os_level(tmp_path):
+    """Without the stand-in, nothing in the sandbox of a NumPy lab imports PyTorch: its folders
+    hold only the grader's ``__init__.py``, which raises; the root and /dev are read-only."""
+    if not SANDBOX:
+        pytest.skip("bubblewrap is not available")
+    from normlab.grader.isolation.sandbox import HIDDEN_INIT, bwrap_command, hidden_paths
+
+    init = tmp_path / "init.py"
+    init.write_text(HIDDEN_INIT)
+    folders = hidden_paths()
+    assert any(folder.endswith("/torch") for folder in folders), folders
+    probe = (
+        "import json, os, sys\n"
+        "found = {}\n"
+        "for folder in json.loads(sys.argv[1]):\n"
+        "    found[folder] = sorted(os.listdir(folder))\n"
+        "try:\n"
+        "    import torch\n"
+        "    found['import'] = 'imported ' + repr(getattr(torch, '__file__', None))\n"
+        "except ImportError as error:\n"
+        "    found['import'] = str(error)\n"
+        "for place in ('/x', '/dev/x', json.loads(sys.argv[1])[0] + '/x'):\n"
+        "    try:\n"
+        "        open(place, 'w')\n"
+        "        found[place] = 'written'\n"
+        "    except OSError as error:\n"
+        "        found[place] = error.strerror\n"
+        "print(json.dumps(found))"
+    )
+    done = subprocess.run(
+        [
+            *bwrap_command(hide_init=str(init)),
+            sys.executable,
+            "-I",
+            "-c",
+            probe,
+            json.dumps(folders),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert all(found[folder] == ["__init__.py"] for folder in folders), found
+    assert found["import"].startswith("PyTorch is not available"), found["import"]
+    assert found["/x"] != "written" and found["/dev/x"] != "written", found
+    assert found[folders[0] + "/x"] != "written", found
 
 
 # ----------------------------------------------------------------------------- the result cache

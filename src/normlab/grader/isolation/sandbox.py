@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from normlab.grader import core
-from normlab.grader.isolation import files, processes, wire
+from normlab.grader.isolation import files, hidden, processes, wire, workspace
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 NOBODY = 65534
@@ -49,6 +49,9 @@ class Isolation:
     sandbox: bool
     run_as: tuple[int, int] | None  # (uid, gid) to become, when the grader is root
     description: str
+    #: processes mode: each child gets a private size-limited folder, every other mount
+    #: read-only (``workspace``); False where this machine cannot give it one
+    private_folder: bool = False
 
 
 @functools.cache
@@ -83,6 +86,56 @@ def child_paths() -> tuple[str, ...]:
     return tuple(kept)
 
 
+HIDDEN_PROBE = """
+import importlib.metadata, json, os, sys
+hidden, modules, names = set(), {modules!r}, {distributions!r}
+for entry in sys.path:
+    if not os.path.isdir(entry):
+        continue
+    for dist in importlib.metadata.distributions(path=[entry]):
+        if (dist.metadata["Name"] or "").lower() in names:
+            for file in dist.files or []:
+                if file.parts and file.parts[0] != "..":
+                    hidden.add(os.path.join(entry, file.parts[0]))
+    for name in modules:
+        hidden.add(os.path.join(entry, name))
+print(json.dumps(sorted(hidden)))
+"""
+
+
+@functools.cache
+def hidden_paths() -> tuple[str, ...]:
+    """PyTorch's folders as the child's interpreter would find them (every ``sys.path`` entry,
+    every installation of the distribution, its packages and its metadata), each under every
+    name it has inside the sandbox; also any ``site-packages``/``dist-packages`` copy under
+    ``/usr`` that a notebook could add to its ``sys.path`` itself."""
+    code = HIDDEN_PROBE.format(
+        modules=hidden.HIDDEN_MODULES, distributions=hidden.HIDDEN_DISTRIBUTIONS
+    )
+    probe = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    candidates = set(json.loads(probe.stdout))
+    import glob
+
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
+        for folder in glob.glob(pattern):
+            candidates |= {os.path.join(folder, name) for name in hidden.HIDDEN_MODULES}
+    found = set()
+    for path in candidates:
+        if os.path.isdir(path):  # a folder, not a link to one: hidden under both its names
+            found |= {os.path.abspath(path), os.path.realpath(path)}
+    return tuple(sorted(found))
+
+
+HIDDEN_INIT = (
+    '"""Stands in for a package that normlab grade hides from graded code in this lab."""\n'
+    "raise ImportError(\n"
+    '    "PyTorch is not available while this NumPy lab is graded: build it with NumPy"\n'
+    ")\n"
+)
+
+
 SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 SYSTEM_FILES = [
     "/etc/ld.so.cache",
@@ -97,13 +150,19 @@ SYSTEM_FILES = [
 ]
 
 
-def bwrap_command(limits: Limits = DEFAULT) -> list[str]:
+def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> list[str]:
     """``bwrap`` arguments: an empty root with only what execution needs, read-only.
 
     Shown: the system's programs and libraries (``/usr`` and friends, a few files of ``/etc``),
     the interpreter and its ``sys.path``, the course package. Not shown: the home folder,
     ``solutions/``, other submissions, the extra-checks file, the gradebook: they are simply
-    not there. ``/tmp`` (the working folder) is a private tmpfs of ``limits.tmp_mb``.
+    not there. ``/tmp`` (the working folder) is a private tmpfs of ``limits.tmp_mb``, the only
+    writable place: the sandbox's root and ``/dev`` are remounted read-only (as a non-root
+    grading user they would otherwise be the child's own, unbounded tmpfs).
+
+    ``hide_init``: hide PyTorch (a NumPy lab). Each of its folders becomes an empty read-only
+    tmpfs holding only this file (the grader's, bound read-only) as its ``__init__.py``, which
+    raises ImportError: no import path reaches the library.
     """
     command = ["bwrap"]
     for path in SYSTEM:
@@ -133,6 +192,12 @@ def bwrap_command(limits: Limits = DEFAULT) -> list[str]:
             command += ["--perms", "0755", "--dir", folder]
     for path in shown:  # after /tmp: a course checked out under /tmp is bound back on top
         command += ["--ro-bind", path, path]
+    if hide_init is not None:
+        for path in hidden_paths():
+            command += ["--perms", "0555", "--size", "65536", "--tmpfs", path]
+            command += ["--ro-bind", hide_init, os.path.join(path, "__init__.py")]
+            command += ["--remount-ro", path]
+    command += ["--remount-ro", "/", "--remount-ro", "/dev"]
     command += ["--chdir", SANDBOX_HOME]
     command += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     command += ["--new-session", "--die-with-parent", "--"]
@@ -207,19 +272,30 @@ def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
             "--sandbox needs bubblewrap (bwrap), installed and allowed to run here"
         )
     use_sandbox = available if sandbox is None else sandbox
-    mode = "bubblewrap sandbox" if use_sandbox else "separate processes (no sandbox)"
+    if use_sandbox:
+        mode = "bubblewrap sandbox (PyTorch hidden from NumPy labs)"
+        private = False
+    else:
+        private = workspace.available()
+        mode = "separate processes (no sandbox), " + (
+            "a private folder with a total, the rest read-only"
+            if private
+            else "NO total on disk (no mount namespace here)"
+        )
     if os.geteuid() != 0:
-        return Isolation(use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})")
+        return Isolation(
+            use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})", private
+        )
     ids = unprivileged_ids(use_sandbox)
     if ids is not None:
-        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)")
+        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)", private)
     if not allow_root:
         raise IsolationError(
             "the grader runs as root and the user nobody cannot run this Python here"
             + ("" if use_sandbox else " outside a sandbox (bubblewrap's sandbox makes it possible)")
             + "; run as an unprivileged user, or pass --allow-root to run learner code as root"
         )
-    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)")
+    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)", private)
 
 
 def child_environment(home: str) -> dict:
@@ -255,6 +331,8 @@ class ChildSubmission(core.Submission):
         isolation: sandbox or processes, and the user to run as.
         fork_server: a ``forkserver.ForkServer`` (processes mode only), or None.
         reaper: the grader's ``processes.Reaper`` (kills orphans adopted by the grader).
+        torch: whether the lab's graded code may use PyTorch (``Lab.torch``); when not, the
+            sandbox hides it (processes mode cannot: see ``docs/grading.md``).
     """
 
     def __init__(
@@ -264,8 +342,10 @@ class ChildSubmission(core.Submission):
         isolation: Isolation,
         fork_server=None,
         reaper: processes.Reaper | None = None,
+        torch: bool = True,
     ):
         self.cells = cells
+        self.hide_torch = isolation.sandbox and not torch
         self.limits = limits
         self.isolation = isolation
         self.fork_server = fork_server if not isolation.sandbox else None
@@ -284,6 +364,12 @@ class ChildSubmission(core.Submission):
         self.base = tempfile.mkdtemp(prefix="normlab-grade-")
         self.log_fd = files.anonymous_file(self.base)
         self.workdir = os.path.join(self.base, "work")
+        self.hide_init = None
+        if self.hide_torch:  # the grader's own file, bound read-only into the sandbox
+            self.hide_init = os.path.join(self.base, "hidden_init.py")
+            with open(self.hide_init, "x") as stream:
+                stream.write(HIDDEN_INIT)
+            os.chmod(self.hide_init, 0o644)  # read through its bind mount, never by its path
         if not isolation.sandbox:
             os.mkdir(self.workdir, 0o700)
             if isolation.run_as:
@@ -298,12 +384,20 @@ class ChildSubmission(core.Submission):
         return self.deadline - time.monotonic()
 
     def _limits_for_child(self) -> dict:
-        return {
+        limits = {
             "memory_mb": self.limits.memory_mb,
             "cpu_seconds": self.limits.cpu_seconds(self.remaining()),
             "max_file_bytes": self.limits.max_file_bytes,
             "max_processes": self.limits.max_processes,
+            "hide_torch": self.hide_torch,
         }
+        if self.isolation.private_folder and not self.isolation.sandbox:
+            limits["private_folder"] = {
+                "path": self.workdir,
+                "bytes": self.limits.tmp_mb << 20,
+                "files": self.limits.max_files,
+            }
+        return limits
 
     def _spawn(self, request_read: int, reply_write: int) -> None:
         limits = self._limits_for_child()
@@ -322,7 +416,7 @@ class ChildSubmission(core.Submission):
         command = [sys.executable, "-I", "-m", "normlab.grader.isolation.worker"]
         command += [str(request_read), str(reply_write), json.dumps(limits)]
         if self.isolation.sandbox:
-            command = bwrap_command(self.limits) + command
+            command = bwrap_command(self.limits, self.hide_init) + command
             environment["NORMLAB_NO_NANNY"] = "1"
         with self.reaper.lock:  # tracked before the reaper can mistake it for an orphan
             self.process = subprocess.Popen(
@@ -431,6 +525,8 @@ class ChildSubmission(core.Submission):
             return "the notebook's process stopped answering"
         if self.isolation.sandbox and code > 128:
             code = -(code - 128)  # bwrap reports its child's fatal signal N as exit code 128 + N
+        if code == workspace.EXIT_NO_WORKSPACE:
+            return "the notebook's process could not set up its private folder"
         if code < 0:
             try:
                 name = signal.Signals(-code).name
