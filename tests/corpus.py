@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -406,14 +407,17 @@ def file_cases() -> dict[str, tuple[bytes | None, int, str]]:
 
 
 NO_SPACE = "No space left on device"
+# Under the sandbox the number of files is bounded when the grader is root (the child mounts
+# its own /tmp); bubblewrap's tmpfs alone has a size only (docs/grading.md).
+SANDBOX_FILE_COUNT = NO_SPACE if os.geteuid() == 0 else ""
 FILL_EVERYWHERE = """
 import os
 written, chunk = 0, b'x' * (60 << 20)
 places = ['.', '/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), os.path.dirname(os.getcwd())]
-for place in places:
+for index, place in enumerate(places):
     for i in range(10):
         try:
-            with open(os.path.join(place, f'fill_{i}'), 'wb') as stream:
+            with open(os.path.join(place, f'fill_{index}_{i}'), 'wb') as stream:
                 stream.write(chunk)
         except OSError:
             break
@@ -556,20 +560,20 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
             FULL,
             NO_SPACE,
         ),
-        # Each small file takes a 4 KB page of the total: about 65,000 fill it.
+        # 200,000 small files: the count of files is bounded (Limits.max_files), not only
+        # their size (a kernel may keep small files in no page of the tmpfs at all).
         "many_small_files": (
             _with_cells(
                 after=["for i in range(200_000):\n    open(f's{i}', 'w').write('x' * 100)"]
             ),
             FULL,
-            NO_SPACE,
+            _by_mode(NO_SPACE, SANDBOX_FILE_COUNT),
         ),
-        # Empty files take no page but kernel memory: outside the sandbox their number is
-        # bounded (Limits.max_files); bubblewrap's tmpfs cannot bound it (docs/grading.md).
+        # Empty files take no space but kernel memory: their number is bounded too.
         "many_empty_files": (
             _with_cells(after=["for i in range(100_000):\n    open(f'e{i}', 'w').close()"]),
             FULL,
-            _by_mode(NO_SPACE, ""),
+            _by_mode(NO_SPACE, SANDBOX_FILE_COUNT),
         ),
         # Every place a notebook might write, until each refuses: all together stay within the
         # total (the sandbox: its /tmp only; processes: the private folder, the rest read-only).
@@ -645,8 +649,8 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            FULL,
-            "",
+            _by_mode(FULL, FULL - FORWARD),  # the sandbox hides PyTorch from a NumPy lab
+            _by_mode("", TORCH_HIDDEN),
             "computed lookup",
         ),
         "instance_norm_on_a_view_by_computed_name": (
@@ -659,14 +663,15 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            FULL - 1,  # instance_norm refuses d = 1 (one spatial element): that check fails
-            "Expected more than 1 spatial element",
+            # instance_norm refuses d = 1 (one spatial element): that check fails
+            _by_mode(FULL - 1, FULL - FORWARD),
+            _by_mode("Expected more than 1 spatial element", TORCH_HIDDEN),
             "computed lookup",
         ),
         "exec_of_encoded_source": (
             _replace_function(FORWARD_DEF, _encoded_exec(forward_library), ["import torch"]),
-            FULL,
-            "",
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", TORCH_HIDDEN),
             "dynamic code: exec",
         ),
         "forward_mode_autodiff": (

@@ -179,7 +179,8 @@ def test_nothing_written_outside_the_childs_folder(corpus_run):
     if mode != "sandbox" and "the rest read-only" not in isolation:
         pytest.skip("no mount namespace here: a notebook can write where its user can")
     assert targets["sentinel"].read_text() == ORIGINAL
-    assert "Read-only file system" in results["03_layernorm_writes_outside.ipynb"]["error"]
+    refused = "No such file or directory" if mode == "sandbox" else "Read-only file system"
+    assert refused in results["03_layernorm_writes_outside.ipynb"]["error"]
 
 
 def test_another_students_file_cannot_be_read(corpus_run):
@@ -362,7 +363,7 @@ HOSTILE_CLASS = {
 }
 
 
-def _hostile_class(root: Path, paths: dict[str, Path]) -> dict[str, tuple[int, bool]]:
+def _hostile_class(root: Path, paths: dict[str, Path], mode: str) -> dict[str, tuple[int, bool]]:
     """A mixed class (controls in public course styles, hostile notebooks, bypasses) ->
     expected (score, must it be flagged) per student."""
     import nbformat
@@ -399,7 +400,7 @@ def _hostile_class(root: Path, paths: dict[str, Path]) -> dict[str, tuple[int, b
         "forward_mode_autodiff",
     ):
         notebook, score, _text, *finding = bypasses[kind]
-        add(f"bypass_{kind}", notebook, score, True)
+        add(f"bypass_{kind}", notebook, _for_mode(score, mode), True)
     return expected
 
 
@@ -417,7 +418,7 @@ def test_held_out_hostile_class(tmp_path, mode):
     }
     paths["canary"].write_text(SECRET)
     os.utime(paths["canary"], (1_000_000_000, 1_000_000_000))
-    expected = _hostile_class(root, paths)
+    expected = _hostile_class(root, paths, mode)
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -458,6 +459,8 @@ def test_held_out_hostile_class(tmp_path, mode):
         assert SECRET.strip() not in json.dumps(result), student
     if mode == "sandbox":
         assert paths["canary"].stat().st_atime == 1_000_000_000  # not even read
+    if mode == "sandbox" or all("the rest read-only" in r["isolation"] for r in results.values()):
+        # Under the sandbox, or outside it with a private folder and the rest read-only.
         assert paths["canary"].read_text() == SECRET
         assert not paths["outside"].exists()
         after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}

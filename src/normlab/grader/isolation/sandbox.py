@@ -391,12 +391,13 @@ class ChildSubmission(core.Submission):
             "max_processes": self.limits.max_processes,
             "hide_torch": self.hide_torch,
         }
+        private = {"bytes": self.limits.tmp_mb << 20, "files": self.limits.max_files}
         if self.isolation.private_folder and not self.isolation.sandbox:
-            limits["private_folder"] = {
-                "path": self.workdir,
-                "bytes": self.limits.tmp_mb << 20,
-                "files": self.limits.max_files,
-            }
+            limits["private_folder"] = dict(private, path=self.workdir, namespace=True)
+        elif self.isolation.sandbox and os.geteuid() == 0:
+            # bubblewrap's /tmp has a size but no bound on its number of files: as root, the
+            # child mounts one with both over it, in the sandbox's namespace, before anything.
+            limits["private_folder"] = dict(private, path=SANDBOX_HOME, namespace=False)
         return limits
 
     def _spawn(self, request_read: int, reply_write: int) -> None:

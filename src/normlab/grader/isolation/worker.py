@@ -266,7 +266,9 @@ def enter_private_folder(folder: dict) -> None:
     else:
         owner = os.getuid(), os.getgid()
     try:
-        workspace.make_private(folder["path"], folder["bytes"], folder["files"], owner)
+        workspace.make_private(
+            folder["path"], folder["bytes"], folder["files"], owner, folder["namespace"]
+        )
     except OSError as error:
         print(f"normlab: no private folder: {error}", file=sys.stderr, flush=True)
         os._exit(workspace.EXIT_NO_WORKSPACE)
