@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import json
 import os
 import select
@@ -116,8 +117,6 @@ def hidden_paths() -> tuple[str, ...]:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
     )
     candidates = set(json.loads(probe.stdout))
-    import glob
-
     for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
         for folder in glob.glob(pattern):
             candidates |= {os.path.join(folder, name) for name in hidden.HIDDEN_MODULES}
