@@ -593,3 +593,25 @@ def test_from_scratch_is_judged_by_resolved_names_not_attribute_names():
         cells = ["import torch\nimport torch.nn.functional as F", source]
         assert any(hit in found for found in scan_source(cells, "f", forbidden)), source
         assert notebook_findings(cells, forbidden) or "requires_grad" in source, source
+
+
+def test_a_late_child_of_a_replaced_fork_server_finds_nobody_listening():
+    """A fork server too slow to answer is replaced, but it may still fork a child with the
+    pipes it was handed: the submission's fresh interpreter gets pipes of its own."""
+    from normlab.grader import core
+    from normlab.grader.grade import read_code_cells
+    from normlab.grader.isolation import wire
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.sandbox import ChildSubmission, choose_isolation
+    from normlab.grader.registry import get_lab
+
+    class LateServer:
+        def spawn(self, workdir, env, fds, limits):
+            wire.send(fds[1], {"ready": True})  # the child it forked after all, too late
+            raise OSError("the fork server did not answer in time")
+
+    isolation = choose_isolation(False, allow_root=True)
+    cells, _ = read_code_cells(SOLUTION)
+    with ChildSubmission(cells, DEFAULT, isolation, LateServer()) as submission:
+        results = core.run_checks(get_lab("03_layernorm"), submission)
+    assert sum(r.points for r in results) == FULL, [r.message for r in results if not r.passed]

@@ -399,20 +399,24 @@ class ChildSubmission(core.Submission):
             limits["private_folder"] = dict(private, path=SANDBOX_HOME, namespace=False)
         return limits
 
-    def _spawn(self, request_read: int, reply_write: int) -> None:
+    def _spawn(self, request_read: int, reply_write: int, fork: bool) -> bool:
+        """Start the child on these pipes; False when the fork server failed (the caller then
+        tries again with new pipes: a server that was slow, not dead, may still hand these to
+        a child, which must find nobody listening)."""
         limits = self._limits_for_child()
         home = SANDBOX_HOME if self.isolation.sandbox else self.workdir
         environment = child_environment(home)
         if self.isolation.run_as:
             environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.isolation.run_as)
-        if self.fork_server is not None:
+        if fork and self.fork_server is not None:
             try:
                 self.process = self.fork_server.spawn(
                     self.workdir, environment, (request_read, reply_write, self.log_fd), limits
                 )
-                return
+                return True
             except OSError:
                 self.process = None  # no fork server: start an interpreter the slow way
+                return False
         command = [sys.executable, "-I", "-m", "normlab.grader.isolation.worker"]
         command += [str(request_read), str(reply_write), json.dumps(limits)]
         if self.isolation.sandbox:
@@ -430,17 +434,23 @@ class ChildSubmission(core.Submission):
                 start_new_session=True,  # its own session: we kill everything in it
             )
             self.reaper.track(self.process.pid, session=self.process.pid)
+        return True
 
     def start(self) -> None:
         """Start the child and run the notebook's cells in it."""
-        request_read, request_write = os.pipe()
-        reply_read, reply_write = os.pipe()
         started = time.monotonic()
-        try:
-            self._spawn(request_read, reply_write)
-        finally:
-            os.close(request_read)
-            os.close(reply_write)
+        for fork in (True, False):
+            request_read, request_write = os.pipe()
+            reply_read, reply_write = os.pipe()
+            try:
+                spawned = self._spawn(request_read, reply_write, fork)
+            finally:
+                os.close(request_read)
+                os.close(reply_write)
+            if spawned:
+                break
+            os.close(request_write)
+            os.close(reply_read)
         self.request_fd, self.reply_fd = request_write, reply_read
         os.set_blocking(self.request_fd, False)
         # The child imports its libraries before any learner code runs, then says it is ready:
