@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -93,6 +94,30 @@ def _forward_by(call: str, before=(), signature=FORWARD_DEF):
 def _backward_by(grad: str, before=(), signature=BACKWARD_DEF):
     body = signature + "\n" + AUTOGRAD_BACKWARD.format(grad=grad)
     return _replace_function(BACKWARD_DEF, body, ["import torch", *before])
+
+
+TORCH_HIDDEN = "raised TorchHiddenError: PyTorch is not available while this NumPy lab is graded"
+UNHIDE = """import importlib, sys
+if type(sys.modules.get('torch')).__name__ == 'StandInModule':
+    sys.meta_path[:] = [f for f in sys.meta_path if 'StandIn' not in type(f).__name__]
+    for name in [n for n in sys.modules if n.split('.')[0] == 'torch']:
+        del sys.modules[name]
+    importlib.invalidate_caches()"""
+
+
+def _forward_through(module: str, setup: str = "") -> nbformat.NotebookNode:
+    """The solution with a forward pass by ``torch.nn.functional.layer_norm``, reached through
+    ``module`` (an expression that gives the torch module) and names built at run time, so that
+    no reading of the source resolves it."""
+    body = (
+        f"{FORWARD_DEF}\n"
+        + "".join(f"    {line}\n" for line in setup.splitlines())
+        + f"    lib = {module}\n"
+        "    norm = getattr(getattr(lib.nn, 'funct' + 'ional'), 'layer' + '_norm')\n"
+        "    t = lib.from_numpy\n"
+        "    return norm(t(x), x.shape[-1:], t(gamma), t(beta), eps).numpy()"
+    )
+    return _replace_function(FORWARD_DEF, body)
 
 
 def _cells_of(notebook) -> list[str]:
@@ -381,6 +406,27 @@ def file_cases() -> dict[str, tuple[bytes | None, int, str]]:
     }
 
 
+NO_SPACE = "No space left on device"
+# Under the sandbox the number of files is bounded when the grader is root (the child mounts
+# its own /tmp); bubblewrap's tmpfs alone has a size only (docs/grading.md).
+SANDBOX_FILE_COUNT = NO_SPACE if os.geteuid() == 0 else ""
+FILL_EVERYWHERE = """
+import os
+written, chunk = 0, b'x' * (60 << 20)
+places = ['.', '/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), os.path.dirname(os.getcwd())]
+for index, place in enumerate(places):
+    for i in range(10):
+        try:
+            with open(os.path.join(place, f'fill_{index}_{i}'), 'wb') as stream:
+                stream.write(chunk)
+        except OSError:
+            break
+        written += len(chunk)
+assert written <= 256 << 20, f'wrote {written >> 20} MB'
+raise OSError('the disk total held')
+"""
+
+
 def _encoded_exec(source: str) -> str:
     blob = base64.b64encode(source.encode()).decode()
     return f"import base64\nexec(base64.b64decode({blob!r}).decode())"
@@ -503,9 +549,38 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 ]
             ),
             FULL,
-            # 5 files of 60 MB: each under the file-size limit, together over the sandbox's
-            # 256 MB of temporary space (processes have no such total: see docs/grading.md)
-            _by_mode("", "OSError"),
+            # 5 files of 60 MB: each under the file-size limit, together over the 256 MB that
+            # a submission may write in all (the sandbox's /tmp, or the private folder)
+            NO_SPACE,
+        ),
+        "many_60mb_files": (
+            _with_cells(
+                after=["for i in range(40):\n    open(f'f{i}', 'wb').write(b'x' * (60 << 20))"]
+            ),
+            FULL,
+            NO_SPACE,
+        ),
+        # 200,000 small files: the count of files is bounded (Limits.max_files), not only
+        # their size (a kernel may keep small files in no page of the tmpfs at all).
+        "many_small_files": (
+            _with_cells(
+                after=["for i in range(200_000):\n    open(f's{i}', 'w').write('x' * 100)"]
+            ),
+            FULL,
+            _by_mode(NO_SPACE, SANDBOX_FILE_COUNT),
+        ),
+        # Empty files take no space but kernel memory: their number is bounded too.
+        "many_empty_files": (
+            _with_cells(after=["for i in range(100_000):\n    open(f'e{i}', 'w').close()"]),
+            FULL,
+            _by_mode(NO_SPACE, SANDBOX_FILE_COUNT),
+        ),
+        # Every place a notebook might write, until each refuses: all together stay within the
+        # total (the sandbox: its /tmp only; processes: the private folder, the rest read-only).
+        "fills_every_writable_place": (
+            _with_cells(after=[FILL_EVERYWHERE]),
+            FULL,
+            "the disk total held",
         ),
         "writes_a_huge_file": (
             _with_cells(after=["open('big', 'wb').write(b'x' * (100 << 20))"]),
@@ -574,8 +649,8 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            FULL,
-            "",
+            _by_mode(FULL, FULL - FORWARD),  # the sandbox hides PyTorch from a NumPy lab
+            _by_mode("", TORCH_HIDDEN),
             "computed lookup",
         ),
         "instance_norm_on_a_view_by_computed_name": (
@@ -588,14 +663,15 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            FULL - 1,  # instance_norm refuses d = 1 (one spatial element): that check fails
-            "Expected more than 1 spatial element",
+            # instance_norm refuses d = 1 (one spatial element): that check fails
+            _by_mode(FULL - 1, FULL - FORWARD),
+            _by_mode("Expected more than 1 spatial element", TORCH_HIDDEN),
             "computed lookup",
         ),
         "exec_of_encoded_source": (
             _replace_function(FORWARD_DEF, _encoded_exec(forward_library), ["import torch"]),
-            FULL,
-            "",
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", TORCH_HIDDEN),
             "dynamic code: exec",
         ),
         "forward_mode_autodiff": (
@@ -610,6 +686,33 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
             FULL - BACKWARD,
             "from scratch",
             "PyTorch internals: torch.func",
+        ),
+        # -- a NumPy lab's graded code cannot reach PyTorch under the sandbox, by any route
+        # (processes mode cannot hide it: a finding there, for the instructor)
+        "torch_by_importlib": (
+            _forward_through("importlib.import_module('to' + 'rch')", "import importlib"),
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", TORCH_HIDDEN),
+            "dynamic import: importlib",
+        ),
+        "torch_by_dunder_import": (
+            _forward_through("__import__(''.join(map(chr, [116, 111, 114, 99, 104])))"),
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", TORCH_HIDDEN),
+            "dynamic code: __import__",
+        ),
+        "torch_from_sys_modules": (
+            _forward_through("sys.modules['to' + 'rch']", "import sys"),
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", TORCH_HIDDEN),
+            "module table: sys.modules",
+        ),
+        # Removes the stand-in and imports again: reaches the sandbox's empty folder.
+        "torch_unhidden_by_removing_the_stand_in": (
+            _forward_through("importlib.import_module('to' + 'rch')", UNHIDE),
+            _by_mode(FULL, FULL - FORWARD),
+            _by_mode("", "raised ImportError: PyTorch is not available"),
+            "dynamic import: importlib",
         ),
         "patches_the_trap_and_the_reply": (
             _replace_function(

@@ -26,9 +26,10 @@ def set_seed(seed: int = 0) -> None:
     np.random.seed(seed)
     try:
         import torch
-    except ImportError:  # the NumPy-only labs do not need torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # the NumPy-only labs do not need torch (and are graded without it)
         return
-    torch.manual_seed(seed)
 
 
 def set_language(lang: str | None) -> None:

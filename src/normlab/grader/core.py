@@ -207,12 +207,17 @@ class Lab:
         stem: the course stem, e.g. ``"03_layernorm"``.
         title: shown in reports.
         forbidden: learner name -> dotted library names it may not use.
+        torch: whether the lab's graded code is written in PyTorch. When False (a NumPy lab),
+            ``normlab grade`` runs the notebook where PyTorch cannot be imported, under the
+            sandbox (``isolation.hidden``); the notebook's own comparisons with PyTorch are
+            skipped there, at no cost.
     """
 
     stem: str
     title: str
     forbidden: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     checks: list[Check] = dataclasses.field(default_factory=list)
+    torch: bool = False
 
     def check(self, name: str, points: int, uses: Sequence[str]):
         """Decorator that registers a check function on this lab."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from normlab.grader import attribution, core, i18n, lms, trap
-from normlab.grader.isolation import files
+from normlab.grader.isolation import files, hidden
 from normlab.grader.isolation.forkserver import ForkServer
 from normlab.grader.isolation.limits import DEFAULT, Limits
 from normlab.grader.isolation.processes import Reaper
@@ -235,7 +235,9 @@ def grade_bytes(
         )
     forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
     findings = trap.notebook_findings(cells, forbidden_names)
-    with ChildSubmission(cells, limits, isolation, fork_server, reaper) as submission:
+    with ChildSubmission(
+        cells, limits, isolation, fork_server, reaper, torch=lab.torch
+    ) as submission:
         results = core.run_checks(lab, submission)
         error = None
         internal = [r for r in results if r.internal]
@@ -247,8 +249,13 @@ def grade_bytes(
             if tail:
                 error += f"\nlast output: {tail[-300:]}"
         else:
-            # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook.
-            errors = [e for e in submission.cell_errors if e.error_type != "NotImplementedError"]
+            # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook;
+            # a cell stopped by PyTorch, hidden from a NumPy lab, is a comparison of the
+            # learner's own, skipped while grading (``isolation.hidden``).
+            skipped = {"NotImplementedError"}
+            if submission.hide_torch:
+                skipped.add(hidden.ERROR_TYPE)
+            errors = [e for e in submission.cell_errors if e.error_type not in skipped]
             if errors:
                 error = attribution.learner_cells_message(errors, cells, lab, results)
     score = sum(r.points for r in results)

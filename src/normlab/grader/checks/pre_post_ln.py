@@ -34,6 +34,7 @@ LIBRARY_BLOCKS = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecod
 LAB = Lab(
     stem="06_pre_post_ln",
     title="Pre-LN vs Post-LN",
+    torch=True,  # written in PyTorch: the sandbox does not hide it
     forbidden={
         "scratch_layernorm": LIBRARY_NORMS,
         "scratch_layernorm_grads": LIBRARY_NORMS,

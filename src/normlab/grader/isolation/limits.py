@@ -32,8 +32,13 @@ class Limits:
     max_file_bytes: int = 64 * MiB
     #: processes and threads of the submission's user (when it runs as its own user)
     max_processes: int = 256
-    #: size of the sandbox's private /tmp and working directory (counted in the memory limit)
+    #: everything the submission writes, in MiB: the sandbox's private /tmp (its working
+    #: folder), or outside the sandbox its private working folder (the rest is read-only);
+    #: either way a tmpfs, so RAM beside ``memory_mb``
     tmp_mb: int = 256
+    #: files and folders in that private folder outside the sandbox (each costs kernel memory
+    #: even when empty; bubblewrap's tmpfs cannot bound the count)
+    max_files: int = 65536
     #: size of a notebook file; a larger one is rejected before it is read
     max_notebook_bytes: int = 16 * MiB
     #: nesting depth of a notebook's JSON

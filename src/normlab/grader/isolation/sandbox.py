@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import json
 import os
 import select
@@ -31,7 +32,7 @@ import tempfile
 import time
 
 from normlab.grader import core
-from normlab.grader.isolation import files, processes, wire
+from normlab.grader.isolation import files, hidden, processes, wire, workspace
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 NOBODY = 65534
@@ -49,6 +50,9 @@ class Isolation:
     sandbox: bool
     run_as: tuple[int, int] | None  # (uid, gid) to become, when the grader is root
     description: str
+    #: processes mode: each child gets a private size-limited folder, every other mount
+    #: read-only (``workspace``); False where this machine cannot give it one
+    private_folder: bool = False
 
 
 @functools.cache
@@ -83,6 +87,54 @@ def child_paths() -> tuple[str, ...]:
     return tuple(kept)
 
 
+HIDDEN_PROBE = """
+import importlib.metadata, json, os, sys
+hidden, modules, names = set(), {modules!r}, {distributions!r}
+for entry in sys.path:
+    if not os.path.isdir(entry):
+        continue
+    for dist in importlib.metadata.distributions(path=[entry]):
+        if (dist.metadata["Name"] or "").lower() in names:
+            for file in dist.files or []:
+                if file.parts and file.parts[0] != "..":
+                    hidden.add(os.path.join(entry, file.parts[0]))
+    for name in modules:
+        hidden.add(os.path.join(entry, name))
+print(json.dumps(sorted(hidden)))
+"""
+
+
+@functools.cache
+def hidden_paths() -> tuple[str, ...]:
+    """PyTorch's folders as the child's interpreter would find them (every ``sys.path`` entry,
+    every installation of the distribution, its packages and its metadata), each under every
+    name it has inside the sandbox; also any ``site-packages``/``dist-packages`` copy under
+    ``/usr`` that a notebook could add to its ``sys.path`` itself."""
+    code = HIDDEN_PROBE.format(
+        modules=hidden.HIDDEN_MODULES, distributions=hidden.HIDDEN_DISTRIBUTIONS
+    )
+    probe = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    candidates = set(json.loads(probe.stdout))
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
+        for folder in glob.glob(pattern):
+            candidates |= {os.path.join(folder, name) for name in hidden.HIDDEN_MODULES}
+    found = set()
+    for path in candidates:
+        if os.path.isdir(path):  # a folder, not a link to one: hidden under both its names
+            found |= {os.path.abspath(path), os.path.realpath(path)}
+    return tuple(sorted(found))
+
+
+HIDDEN_INIT = (
+    '"""Stands in for a package that normlab grade hides from graded code in this lab."""\n'
+    "raise ImportError(\n"
+    '    "PyTorch is not available while this NumPy lab is graded: build it with NumPy"\n'
+    ")\n"
+)
+
+
 SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 SYSTEM_FILES = [
     "/etc/ld.so.cache",
@@ -97,13 +149,19 @@ SYSTEM_FILES = [
 ]
 
 
-def bwrap_command(limits: Limits = DEFAULT) -> list[str]:
+def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> list[str]:
     """``bwrap`` arguments: an empty root with only what execution needs, read-only.
 
     Shown: the system's programs and libraries (``/usr`` and friends, a few files of ``/etc``),
     the interpreter and its ``sys.path``, the course package. Not shown: the home folder,
     ``solutions/``, other submissions, the extra-checks file, the gradebook: they are simply
-    not there. ``/tmp`` (the working folder) is a private tmpfs of ``limits.tmp_mb``.
+    not there. ``/tmp`` (the working folder) is a private tmpfs of ``limits.tmp_mb``, the only
+    writable place: the sandbox's root and ``/dev`` are remounted read-only (as a non-root
+    grading user they would otherwise be the child's own, unbounded tmpfs).
+
+    ``hide_init``: hide PyTorch (a NumPy lab). Each of its folders becomes an empty read-only
+    tmpfs holding only this file (the grader's, bound read-only) as its ``__init__.py``, which
+    raises ImportError: no import path reaches the library.
     """
     command = ["bwrap"]
     for path in SYSTEM:
@@ -133,6 +191,12 @@ def bwrap_command(limits: Limits = DEFAULT) -> list[str]:
             command += ["--perms", "0755", "--dir", folder]
     for path in shown:  # after /tmp: a course checked out under /tmp is bound back on top
         command += ["--ro-bind", path, path]
+    if hide_init is not None:
+        for path in hidden_paths():
+            command += ["--perms", "0555", "--size", "65536", "--tmpfs", path]
+            command += ["--ro-bind", hide_init, os.path.join(path, "__init__.py")]
+            command += ["--remount-ro", path]
+    command += ["--remount-ro", "/", "--remount-ro", "/dev"]
     command += ["--chdir", SANDBOX_HOME]
     command += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     command += ["--new-session", "--die-with-parent", "--"]
@@ -207,19 +271,30 @@ def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
             "--sandbox needs bubblewrap (bwrap), installed and allowed to run here"
         )
     use_sandbox = available if sandbox is None else sandbox
-    mode = "bubblewrap sandbox" if use_sandbox else "separate processes (no sandbox)"
+    if use_sandbox:
+        mode = "bubblewrap sandbox (PyTorch hidden from NumPy labs)"
+        private = False
+    else:
+        private = workspace.available()
+        mode = "separate processes (no sandbox), " + (
+            "a private folder with a total, the rest read-only"
+            if private
+            else "NO total on disk (no mount namespace here)"
+        )
     if os.geteuid() != 0:
-        return Isolation(use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})")
+        return Isolation(
+            use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})", private
+        )
     ids = unprivileged_ids(use_sandbox)
     if ids is not None:
-        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)")
+        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)", private)
     if not allow_root:
         raise IsolationError(
             "the grader runs as root and the user nobody cannot run this Python here"
             + ("" if use_sandbox else " outside a sandbox (bubblewrap's sandbox makes it possible)")
             + "; run as an unprivileged user, or pass --allow-root to run learner code as root"
         )
-    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)")
+    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)", private)
 
 
 def child_environment(home: str) -> dict:
@@ -255,6 +330,8 @@ class ChildSubmission(core.Submission):
         isolation: sandbox or processes, and the user to run as.
         fork_server: a ``forkserver.ForkServer`` (processes mode only), or None.
         reaper: the grader's ``processes.Reaper`` (kills orphans adopted by the grader).
+        torch: whether the lab's graded code may use PyTorch (``Lab.torch``); when not, the
+            sandbox hides it (processes mode cannot: see ``docs/grading.md``).
     """
 
     def __init__(
@@ -264,8 +341,10 @@ class ChildSubmission(core.Submission):
         isolation: Isolation,
         fork_server=None,
         reaper: processes.Reaper | None = None,
+        torch: bool = True,
     ):
         self.cells = cells
+        self.hide_torch = isolation.sandbox and not torch
         self.limits = limits
         self.isolation = isolation
         self.fork_server = fork_server if not isolation.sandbox else None
@@ -284,6 +363,12 @@ class ChildSubmission(core.Submission):
         self.base = tempfile.mkdtemp(prefix="normlab-grade-")
         self.log_fd = files.anonymous_file(self.base)
         self.workdir = os.path.join(self.base, "work")
+        self.hide_init = None
+        if self.hide_torch:  # the grader's own file, bound read-only into the sandbox
+            self.hide_init = os.path.join(self.base, "hidden_init.py")
+            with open(self.hide_init, "x") as stream:
+                stream.write(HIDDEN_INIT)
+            os.chmod(self.hide_init, 0o644)  # read through its bind mount, never by its path
         if not isolation.sandbox:
             os.mkdir(self.workdir, 0o700)
             if isolation.run_as:
@@ -298,69 +383,75 @@ class ChildSubmission(core.Submission):
         return self.deadline - time.monotonic()
 
     def _limits_for_child(self) -> dict:
-        return {
+        limits = {
             "memory_mb": self.limits.memory_mb,
             "cpu_seconds": self.limits.cpu_seconds(self.remaining()),
             "max_file_bytes": self.limits.max_file_bytes,
             "max_processes": self.limits.max_processes,
+            "hide_torch": self.hide_torch,
         }
+        private = {"bytes": self.limits.tmp_mb << 20, "files": self.limits.max_files}
+        if self.isolation.private_folder and not self.isolation.sandbox:
+            limits["private_folder"] = dict(private, path=self.workdir, namespace=True)
+        elif self.isolation.sandbox and os.geteuid() == 0:
+            # bubblewrap's /tmp has a size but no bound on its number of files: as root, the
+            # child mounts one with both over it, in the sandbox's namespace, before anything.
+            limits["private_folder"] = dict(private, path=SANDBOX_HOME, namespace=False)
+        return limits
 
-    def _spawn(self) -> tuple[int, int]:
-        """Start a child on a fresh pair of pipes; return the parent's ends (request, reply)."""
+    def _spawn(self, request_read: int, reply_write: int, fork: bool) -> bool:
+        """Start the child on these pipes; False when the fork server failed (the caller then
+        tries again with new pipes: a server that was slow, not dead, may still hand these to
+        a child, which must find nobody listening)."""
         limits = self._limits_for_child()
         home = SANDBOX_HOME if self.isolation.sandbox else self.workdir
         environment = child_environment(home)
         if self.isolation.run_as:
             environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.isolation.run_as)
-        if self.fork_server is not None:
-            request_read, request_write, reply_read, reply_write = *os.pipe(), *os.pipe()
+        if fork and self.fork_server is not None:
             try:
                 self.process = self.fork_server.spawn(
                     self.workdir, environment, (request_read, reply_write, self.log_fd), limits
                 )
-                return request_write, reply_read
+                return True
             except OSError:
-                # A server that stopped answering may still have forked a child holding these
-                # pipes: the fallback gets new ones, so nothing that child writes (its own
-                # "ready") can pass for the reply of the process we start now. It reads EOF.
-                self.process = None
-                os.close(request_write)
-                os.close(reply_read)
-            finally:
-                os.close(request_read)
-                os.close(reply_write)
-        request_read, request_write, reply_read, reply_write = *os.pipe(), *os.pipe()
+                self.process = None  # no fork server: start an interpreter the slow way
+                return False
         command = [sys.executable, "-I", "-m", "normlab.grader.isolation.worker"]
         command += [str(request_read), str(reply_write), json.dumps(limits)]
         if self.isolation.sandbox:
-            command = bwrap_command(self.limits) + command
+            command = bwrap_command(self.limits, self.hide_init) + command
             environment["NORMLAB_NO_NANNY"] = "1"
-        try:
-            with self.reaper.lock:  # tracked before the reaper can mistake it for an orphan
-                self.process = subprocess.Popen(
-                    command,
-                    pass_fds=(request_read, reply_write),
-                    stdin=subprocess.DEVNULL,
-                    stdout=self.log_fd,
-                    stderr=subprocess.STDOUT,
-                    cwd="/" if self.isolation.sandbox else self.workdir,
-                    env=environment,
-                    start_new_session=True,  # its own session: we kill everything in it
-                )
-                self.reaper.track(self.process.pid, session=self.process.pid)
-        except BaseException:
-            os.close(request_write)
-            os.close(reply_read)
-            raise
-        finally:
-            os.close(request_read)
-            os.close(reply_write)
-        return request_write, reply_read
+        with self.reaper.lock:  # tracked before the reaper can mistake it for an orphan
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(request_read, reply_write),
+                stdin=subprocess.DEVNULL,
+                stdout=self.log_fd,
+                stderr=subprocess.STDOUT,
+                cwd="/" if self.isolation.sandbox else self.workdir,
+                env=environment,
+                start_new_session=True,  # its own session: we kill everything in it
+            )
+            self.reaper.track(self.process.pid, session=self.process.pid)
+        return True
 
     def start(self) -> None:
         """Start the child and run the notebook's cells in it."""
         started = time.monotonic()
-        self.request_fd, self.reply_fd = self._spawn()
+        for fork in (True, False):
+            request_read, request_write = os.pipe()
+            reply_read, reply_write = os.pipe()
+            try:
+                spawned = self._spawn(request_read, reply_write, fork)
+            finally:
+                os.close(request_read)
+                os.close(reply_write)
+            if spawned:
+                break
+            os.close(request_write)
+            os.close(reply_read)
+        self.request_fd, self.reply_fd = request_write, reply_read
         os.set_blocking(self.request_fd, False)
         # The child imports its libraries before any learner code runs, then says it is ready:
         # that start-up (and a wait for the fork server) is the grader's time, not the student's.
@@ -444,6 +535,8 @@ class ChildSubmission(core.Submission):
             return "the notebook's process stopped answering"
         if self.isolation.sandbox and code > 128:
             code = -(code - 128)  # bwrap reports its child's fatal signal N as exit code 128 + N
+        if code == workspace.EXIT_NO_WORKSPACE:
+            return "the notebook's process could not set up its private folder"
         if code < 0:
             try:
                 name = signal.Signals(-code).name

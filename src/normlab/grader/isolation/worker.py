@@ -23,17 +23,20 @@ import signal
 import sys
 import traceback
 
+from normlab.grader.isolation import hidden, workspace
+
 CELL_MARKER = "<notebook cell {index}>"
 PRELOAD = ("numpy", "torch", "matplotlib.pyplot")
 
 
 def processes_of_this_user() -> int:
+    """Tasks (processes and their threads: what ``RLIMIT_NPROC`` counts) of this user."""
     uid, count = os.getuid(), 0
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 if os.stat(f"/proc/{name}").st_uid == uid:
-                    count += 1
+                    count += len(os.listdir(f"/proc/{name}/task"))
             except OSError:
                 pass
     return count
@@ -41,8 +44,9 @@ def processes_of_this_user() -> int:
 
 def apply_limits(limits: dict) -> None:
     """Limit this process before any learner code runs: memory, CPU time, file size, core
-    dumps, and processes (on top of what this user already runs: the limit counts them all)."""
-    processes = limits["max_processes"] + (processes_of_this_user() if os.getuid() else 0)
+    dumps, and processes (on top of what this user already runs: the limit counts them all;
+    root too, which has no capability left to exceed it)."""
+    processes = limits["max_processes"] + processes_of_this_user()
     limits = [
         (resource.RLIMIT_AS, limits["memory_mb"] << 20),
         (resource.RLIMIT_CPU, limits["cpu_seconds"]),
@@ -137,7 +141,7 @@ def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> lis
     return errors
 
 
-def serve(request_fd: int, reply_fd: int) -> None:
+def serve(request_fd: int, reply_fd: int, hide_torch: bool = False) -> None:
     from normlab.grader.isolation import wire
     from normlab.grader.isolation.limits import Limits
 
@@ -156,7 +160,11 @@ def serve(request_fd: int, reply_fd: int) -> None:
 
     # Start-up is the grader's time, not the submission's: import what notebooks import (as the
     # fork server has already done), then say so; the submission's budget starts now.
+    if hide_torch:  # a NumPy lab under the sandbox: PyTorch's folders are empty here
+        hidden.install()
     for library in PRELOAD:
+        if hide_torch and library == "torch":
+            continue
         try:
             __import__(library)
         except Exception:  # a missing optional library only costs its import later
@@ -249,10 +257,35 @@ def main(argv: list[str]) -> None:
     run_submission(int(argv[1]), int(argv[2]), json.loads(argv[3]))
 
 
+def enter_private_folder(folder: dict) -> None:
+    """Outside the sandbox: the working folder becomes a private tmpfs with a total, and every
+    other mount read-only (``workspace``), before any learner code runs; or the process ends."""
+    run_as = os.environ.get("NORMLAB_RUN_AS", "")
+    if run_as and os.getuid() == 0:
+        owner = tuple(int(part) for part in run_as.split(":"))
+    else:
+        owner = os.getuid(), os.getgid()
+    try:
+        workspace.make_private(
+            folder["path"], folder["bytes"], folder["files"], owner, folder["namespace"]
+        )
+    except OSError as error:
+        print(f"normlab: no private folder: {error}", file=sys.stderr, flush=True)
+        os._exit(workspace.EXIT_NO_WORKSPACE)
+
+
 def run_submission(request_fd: int, reply_fd: int, limits: dict) -> None:
-    """Become the submission's process: nanny, unprivileged user, limits, then serve. Never returns."""
+    """Become the submission's process: its own folder, nanny, unprivileged user without
+    capabilities, limits, then serve. Never returns."""
+    if limits.get("private_folder"):
+        enter_private_folder(limits["private_folder"])
     run_under_nanny()
     drop_privileges()
+    try:
+        workspace.drop_capabilities()
+    except OSError as error:
+        print(f"normlab: capabilities not dropped: {error}", file=sys.stderr, flush=True)
+        os._exit(workspace.EXIT_NO_WORKSPACE)
     apply_limits(limits)
     signal.signal(signal.SIGALRM, _on_alarm)
     os.environ["NORMLAB_GRADING"] = "1"
@@ -260,7 +293,7 @@ def run_submission(request_fd: int, reply_fd: int, limits: dict) -> None:
     # the installed package, and argv without our descriptors.
     sys.argv = ["notebook"]
     try:
-        serve(request_fd, reply_fd)
+        serve(request_fd, reply_fd, bool(limits.get("hide_torch")))
     except BaseException:
         traceback.print_exc()  # lands in the submission's log, shown with the grader's error
         sys.stderr.flush()
