@@ -219,9 +219,32 @@ def translate_lab(
             _translate_cell(cell, entry, english[cell_id].source, where, strip_markdown)
         except TranslationError as error:
             problems.append(str(error))
+    if not _speak_spanish(out):
+        problems.append(
+            f"labs/{stem}.ipynb has no setup cell importing `{SETUP_IMPORT}`: the Spanish lab "
+            "cannot switch check()'s reports to Spanish"
+        )
     if problems:
         raise TranslationError("\n".join(problems))
     return out
+
+
+# The labs' setup cell imports check; the Spanish lab's also chooses the language of its reports
+# (a kernel cannot read its notebook's metadata, so the choice is written where the learner sees it).
+SETUP_IMPORT = "from normlab import check, set_seed"
+
+
+def _speak_spanish(lab: nbformat.NotebookNode) -> bool:
+    for cell in lab.cells:
+        if cell.cell_type == "code" and SETUP_IMPORT + "\n" in cell.source:
+            cell.source = cell.source.replace(
+                SETUP_IMPORT + "\n",
+                "from normlab import check, set_language, set_seed\n\n"
+                f'set_language("{LANG}")  # los informes de check() en español\n',
+                1,
+            )
+            return True
+    return False
 
 
 def _translate_cell(cell, entry, source: str, where: str, strip_markdown) -> None:
