@@ -92,8 +92,20 @@ def test_spanish_lab_is_the_english_lab_with_the_catalog_text(course):
     assert [c.metadata for c in spanish.cells] == [c.metadata for c in english.cells]
     assert all(c.outputs == [] for c in spanish.cells if c.cell_type == "code")
     translated = {"b7561e95", "9a378402", "337112d6"}
+    setup = "1721a320"  # the setup cell: the English one, plus the switch to Spanish reports
     for en, es in zip(english.cells, spanish.cells, strict=True):
-        if en.id not in translated:
+        if en.id == setup:
+            assert "from normlab import check, set_language, set_seed\n" in es.source
+            assert '\nset_language("es")  # los informes de check() en español\nset_seed(0)' in (
+                es.source
+            )
+            assert (
+                es.source.replace(", set_language", "").replace(
+                    'set_language("es")  # los informes de check() en español\n', ""
+                )
+                == en.source
+            )
+        elif en.id not in translated:
             assert es.source == en.source, en.id
     by_id = {c.id: c for c in spanish.cells}
     assert by_id["b7561e95"].source.startswith("# Laboratorio 03 — LayerNorm desde cero")
@@ -674,7 +686,10 @@ def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(path):
         if cell.cell_type == "code" and cell.source.startswith("check(")
         for output in cell.outputs
     ]
-    assert reports and all("not implemented yet" in r or "no answer yet" in r for r in reports)
+    # The Spanish lab's setup cell switches check()'s reports to Spanish.
+    assert reports and all(
+        "todavía no está implementada" in r or "todavía no hay respuesta" in r for r in reports
+    ), reports
 
 
 def test_diff_shows_what_changed_in_the_english_since_the_translation(course):

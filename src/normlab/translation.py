@@ -237,10 +237,14 @@ SETUP_IMPORT = "from normlab import check, set_seed"
 def _speak_spanish(lab: nbformat.NotebookNode) -> bool:
     for cell in lab.cells:
         if cell.cell_type == "code" and SETUP_IMPORT + "\n" in cell.source:
-            cell.source = cell.source.replace(
-                SETUP_IMPORT + "\n",
-                "from normlab import check, set_language, set_seed\n\n"
-                f'set_language("{LANG}")  # los informes de check() en español\n',
+            if "\nset_seed(" not in cell.source:
+                return False
+            source = cell.source.replace(
+                SETUP_IMPORT, "from normlab import check, set_language, set_seed", 1
+            )
+            cell.source = source.replace(
+                "\nset_seed(",
+                f'\nset_language("{LANG}")  # los informes de check() en español\nset_seed(',
                 1,
             )
             return True
