@@ -677,15 +677,9 @@ def test_spanish_labs_grade_zero_fresh_and_full_with_the_answers(spanish_labs, t
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", SPANISH_LABS, ids=lambda p: p.stem)
 def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(path):
-    from test_notebooks import execute
+    from test_notebooks import check_reports
 
-    notebook = execute(path)
-    reports = [
-        output.get("data", {}).get("text/plain", "")
-        for cell in notebook.cells
-        if cell.cell_type == "code" and cell.source.startswith("check(")
-        for output in cell.outputs
-    ]
+    reports = check_reports(path)
     # The Spanish lab's setup cell switches check()'s reports to Spanish.
     assert reports and all(
         "todavía no está implementada" in r or "todavía no hay respuesta" in r for r in reports
