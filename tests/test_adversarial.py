@@ -615,3 +615,32 @@ def test_a_late_child_of_a_replaced_fork_server_finds_nobody_listening():
     with ChildSubmission(cells, DEFAULT, isolation, LateServer()) as submission:
         results = core.run_checks(get_lab("03_layernorm"), submission)
     assert sum(r.points for r in results) == FULL, [r.message for r in results if not r.passed]
+
+
+@pytest.mark.isolation
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) is not installed")
+def test_a_course_checked_out_under_tmp_stays_visible_in_the_sandbox(monkeypatch):
+    """A clone under /tmp is bound back inside the sandbox's /tmp. As root the child remounts
+    its working folder with a bound on its number of files: that folder must hide nothing the
+    notebook needs (it was /tmp itself, and every NumPy-lab child died importing the grader)."""
+    import tempfile
+
+    from normlab.grader.isolation import sandbox
+    from normlab.grader.isolation.limits import DEFAULT
+
+    course = Path(tempfile.mkdtemp(dir="/tmp", prefix="normlab-course-"))
+    try:
+        (course / "course_module.py").write_text("VALUE = 42\n")
+        course.chmod(0o755)
+        shown = sandbox.child_paths()
+        monkeypatch.setattr(sandbox, "child_paths", lambda: (*shown, str(course)))
+        cells = [
+            f"import sys\nsys.path.insert(0, {str(course)!r})\n"
+            "import course_module\nvalue = float(course_module.VALUE)"
+        ]
+        isolation = sandbox.choose_isolation(True, False)
+        with sandbox.ChildSubmission(cells, DEFAULT, isolation, torch=False) as sub:
+            assert sub.has("value"), (sub.cell_errors, sub.output_tail(2000))
+            assert float(sub.get("value").items[0].array) == 42.0
+    finally:
+        shutil.rmtree(course)

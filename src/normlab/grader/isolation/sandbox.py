@@ -3,8 +3,8 @@
 Two modes (``docs/grading.md`` states what each enforces and what it does not):
 
 * **bubblewrap** (the default where ``bwrap`` runs): a new interpreter in a sandbox that shows
-  only the interpreter, its libraries and the course package, read-only; the working folder and
-  ``/tmp`` are one size-limited private tmpfs; no network; its own PID namespace (every process
+  only the interpreter, its libraries and the course package, read-only; the working folder is
+  a size-limited private tmpfs, the only writable place (``/tmp`` is read-only); no network; its own PID namespace (every process
   dies with it); never root (the child becomes ``nobody`` when the grader is root).
 * **processes**: a child forked from the fork server (or a fresh interpreter) in a private folder,
   with the same limits; as root it runs as ``nobody``, or the grader refuses unless told
@@ -36,7 +36,11 @@ from normlab.grader.isolation import files, hidden, processes, wire, workspace
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 NOBODY = 65534
-SANDBOX_HOME = "/tmp"  # inside the sandbox: the working folder, a private size-limited tmpfs
+# Inside the sandbox: the working folder, a private size-limited tmpfs, the only writable place.
+# Not /tmp: a course checked out under /tmp is bound back inside the sandbox's /tmp, and the
+# folder that the child (as root) remounts with a bound on its number of files must hide
+# nothing that execution needs. /tmp is read-only in the sandbox.
+SANDBOX_HOME = "/home/notebook"
 
 
 class IsolationError(Exception):
@@ -155,8 +159,8 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
     Shown: the system's programs and libraries (``/usr`` and friends, a few files of ``/etc``),
     the interpreter and its ``sys.path``, the course package. Not shown: the home folder,
     ``solutions/``, other submissions, the extra-checks file, the gradebook: they are simply
-    not there. ``/tmp`` (the working folder) is a private tmpfs of ``limits.tmp_mb``, the only
-    writable place: the sandbox's root and ``/dev`` are remounted read-only (as a non-root
+    not there. The working folder ``SANDBOX_HOME`` is a private tmpfs of ``limits.tmp_mb``, the
+    only writable place: ``/tmp``, the sandbox's root and ``/dev`` are remounted read-only (as a non-root
     grading user they would otherwise be the child's own, unbounded tmpfs).
 
     ``hide_init``: hide PyTorch (a NumPy lab). Each of its folders becomes an empty read-only
@@ -184,13 +188,21 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
         | {os.path.dirname(p) for p in shown} - {"/"},
         key=lambda p: p.count("/"),
     )
+    inside_home = [p for p in shown if p == SANDBOX_HOME or p.startswith(SANDBOX_HOME + "/")]
+    if inside_home:
+        raise IsolationError(
+            f"the sandbox's working folder {SANDBOX_HOME} would hide {inside_home[0]}, which the "
+            "notebook's interpreter needs: install the course elsewhere"
+        )
     command += ["--dev", "/dev", "--proc", "/proc"]
+    command += ["--perms", "1777", "--size", str(1 << 20), "--tmpfs", "/tmp"]
     command += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", SANDBOX_HOME]
     for folder in ancestors:
-        if folder != SANDBOX_HOME:
+        if folder not in (SANDBOX_HOME, "/tmp"):
             command += ["--perms", "0755", "--dir", folder]
     for path in shown:  # after /tmp: a course checked out under /tmp is bound back on top
         command += ["--ro-bind", path, path]
+    command += ["--remount-ro", "/tmp"]
     if hide_init is not None:
         for path in hidden_paths():
             command += ["--perms", "0555", "--size", "65536", "--tmpfs", path]
