@@ -46,6 +46,7 @@ def wrong_forward_lab(tmp_path):
     return path
 
 
+@pytest.mark.isolation
 def test_a_wrong_forward_is_put_on_the_learner_and_on_the_right_function(tmp_path):
     result = grade_notebook(wrong_forward_lab(tmp_path), student="alice")
     assert result.error.startswith(LEARNER_CODE), result.error

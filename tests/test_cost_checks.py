@@ -399,6 +399,7 @@ def test_fused_float32_promoted_is_reported():
     assert "dtype is float64 but the input was float32" in messages(run(rmsnorm_fused=promotes))
 
 
+@pytest.mark.slow
 def test_a_numba_kernel_is_graded_like_any_other():
     numba = pytest.importorskip("numba")
 
@@ -579,6 +580,7 @@ def test_h200_numbers_of_the_chapter():
     assert roofline_time(7 * n, moved, 67e12, 4.8e12) == roofline_time(4 * n, moved, 67e12, 4.8e12)
 
 
+@pytest.mark.isolation
 def test_out_is_read_back_across_the_process_boundary(tmp_path):
     """`normlab grade` runs the notebook in a child; the filled `out` must come back from it."""
     import json

@@ -120,6 +120,7 @@ def graded(tmp_path_factory):
     return layouts, json.loads(one)
 
 
+@pytest.mark.isolation
 def test_lms_class_grades_into_the_right_ids(graded):
     _, result = graded
     by_id = {s["student"]: s for s in result["submissions"]}
@@ -161,6 +162,7 @@ def test_canvas_moodle_and_summary_exports(graded):
     assert ana[1:] == ["Ana Lima", str(full), str(full), str(full)]
 
 
+@pytest.mark.isolation
 def test_three_shards_merge_into_the_one_run_byte_for_byte(graded):
     layouts, _ = graded
     out = layouts[0].parent.parent
@@ -189,6 +191,7 @@ def run_gradescope(bundle: Path, tmp_path: Path, notebook: Path | None, name: st
     return json.loads((root / "results" / "results.json").read_text())
 
 
+@pytest.mark.isolation
 def test_gradescope_bundle_in_a_simulated_autograder(tmp_path):
     bundle = tmp_path / "bundle"
     normlab("export", "gradescope", bundle, "--lab", "03_layernorm")

@@ -110,10 +110,12 @@ def leaks_in(folder):
     return leaks
 
 
+@pytest.mark.slow
 def test_no_answer_region_is_in_any_code_cell_or_module(edition):
     assert leaks_in(edition) == []
 
 
+@pytest.mark.slow
 def test_the_search_finds_the_answers_the_course_itself_holds():
     """Run on the instructor's course, the same search finds what the edition must not ship."""
     assert leaks_in(ROOT / "solutions")  # every answer, of course
@@ -180,6 +182,7 @@ def Path_stem(path):  # noqa: N802
     return path.rsplit("/", 1)[-1].removesuffix(".ipynb")
 
 
+@pytest.mark.isolation
 def test_edition_labs_grade_zero_fresh_and_full_when_filled(edition, tmp_path):
     fresh = grade_with_edition(edition, edition / "labs")
     assert len(fresh) == len(all_labs())
@@ -238,6 +241,7 @@ def test_no_answer_region_is_in_the_spanish_labs(spanish_edition):
     assert leaks_in(filled)
 
 
+@pytest.mark.isolation
 def test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled(spanish_edition, tmp_path):
     fresh = grade_with_edition(spanish_edition, spanish_edition / "es" / "labs")
     assert len(fresh) == len(all_labs())

@@ -186,6 +186,7 @@ def learner_files(work):
 
 
 @pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
+@pytest.mark.slow
 def test_filled_labs_survive_every_readme_command(tmp_path):
     course = with_spanish_edition(course_copy(tmp_path / "course"))
     serve_and_stop(course)  # make lab: makes the learner's copies, then serves
