@@ -101,12 +101,15 @@ def _globals_key(function) -> tuple:
 
 
 @contextlib.contextmanager
-def _numba_compiles_once():
+def _numba_compiles_once(jit: bool = True):
     """Reuse the compiled Numba kernel when the same source is executed again.
 
     The mutation tests execute a solution's cells once per mutant (hundreds of times); a
-    ``@njit(parallel=True)`` kernel takes about half a second to compile per argument type.
+    ``@njit(parallel=True)`` kernel takes 0.5-1.5 s to compile per argument type and layout.
     A kernel whose code, options and globals are unchanged is the same kernel: compile it once.
+    ``jit=False``: a kernel not compiled before (a mutant) runs as the Python function it is,
+    ``prange`` being ``range`` outside Numba. Its arithmetic is the same; the 175 mutants of lab
+    07 are killed or survive exactly as when each is compiled (about 100 s of compiling).
     """
     try:
         import numba
@@ -120,6 +123,8 @@ def _numba_compiles_once():
             return original(**options)(function)
         key = (_code_key(function.__code__), _globals_key(function), repr(sorted(options.items())))
         if key not in _COMPILED:
+            if not jit:
+                return function
             _COMPILED[key] = original(**options)(function)
         return _COMPILED[key]
 
@@ -137,13 +142,14 @@ def _numba_compiles_once():
         numba.njit = original
 
 
-def solution_namespace(stem: str, replace: tuple[str, str] | None = None) -> dict:
+def solution_namespace(stem: str, replace: tuple[str, str] | None = None, jit: bool = True) -> dict:
     """Execute the solution notebook's definition cells (no demos) and return its namespace.
 
     Only cells that define functions or answers are run, so the tests get the solution's
     functions without its slower demonstration cells. ``replace=(old, new)`` swaps one piece of
     source first (a mutated function or class), so that everything defined after it — a table
-    of classes, an adapter — is built from the new version.
+    of classes, an adapter — is built from the new version. ``jit=False``: a Numba kernel that
+    was not compiled before runs as plain Python (see ``_numba_compiles_once``).
     """
     namespace: dict = {"__name__": "solution"}
     os.environ.pop("NORMLAB_GRADING", None)
@@ -151,7 +157,7 @@ def solution_namespace(stem: str, replace: tuple[str, str] | None = None) -> dic
         if replace is not None:
             source = source.replace(*replace)
         source = "\n".join(line for line in source.splitlines() if not line.startswith("check("))
-        with _numba_compiles_once():
+        with _numba_compiles_once(jit):
             exec(compile(source, f"<{stem}>", "exec"), namespace)
     return namespace
 

@@ -644,3 +644,26 @@ def test_a_course_checked_out_under_tmp_stays_visible_in_the_sandbox(monkeypatch
             assert float(sub.get("value").items[0].array) == 42.0
     finally:
         shutil.rmtree(course)
+
+
+def test_a_forked_childs_exit_is_known_after_the_first_wait():
+    """The fork server reports each exit once. A submission that crashes is waited for twice
+    (to say why, then while closing); the second wait must return the status already known,
+    as ``Popen.wait`` does, not wait out its timeout for a report that never comes (it cost
+    each crashing submission 10 s, a crash and two restarts 15 s)."""
+    from normlab.grader.isolation.forkserver import ForkedProcess
+
+    class OneReport:
+        def __init__(self):
+            self.reports = {123: -11}
+
+        def wait_for(self, pid, timeout):
+            return self.reports.pop(pid, None)  # None: nothing more to report
+
+        def alive(self):
+            return True
+
+    process = ForkedProcess(OneReport(), 123)
+    assert process.wait(timeout=1) == -11
+    assert process.wait(timeout=1) == -11
+    assert process.returncode == -11

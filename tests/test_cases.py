@@ -63,8 +63,35 @@ def test_the_same_arguments_reach_the_learner_the_oracle_and_the_probes():
         oracle=recorder("oracle", scale),
         probes=[Probe("p", "h", recorder("probe", SLIP.compute))],
     )
-    graded.expect(submission(scale=recorder("learner", scale)), Args(X, 3.0, shift=1.0), what="c")
+    learner = recorder("learner", SLIP.compute)  # wrong: the probes are asked what it did
+    with pytest.raises(CheckFailed, match="Why: h"):
+        graded.expect(submission(scale=learner), Args(X, 3.0, shift=1.0), what="c")
     assert seen == [("learner", 2, ["shift"]), ("oracle", 2, ["shift"]), ("probe", 2, ["shift"])]
+
+
+def test_a_right_answer_runs_no_probe_and_a_wrong_one_runs_each_once():
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return SLIP.compute(*args, **kwargs)
+
+    def twice(function):
+        return lambda *args, **kwargs: (function(*args, **kwargs),) * 2
+
+    graded = Graded(
+        "scale",
+        oracle=twice(scale),
+        probes=[Probe("p", "h", twice(counted))],
+        items=("y", "y again"),
+    )
+    right = submission(scale=lambda x, factor, shift=0.0: (scale(x, factor, shift=shift),) * 2)
+    graded.expect(right, Args(X, 3.0), what="c")
+    assert calls == []
+    wrong = submission(scale=lambda x, factor, shift=0.0: (x * factor**2 + shift,) * 2)
+    with pytest.raises(CheckFailed, match="Why: h"):
+        graded.expect(wrong, Args(X, 3.0), what="c")
+    assert calls == [1]  # evaluated once, for the first item that failed
 
 
 def test_a_right_answer_passes_and_the_output_comes_back():
@@ -174,11 +201,12 @@ def test_wrapped_arguments_reach_the_oracle_and_the_probes_unwrapped():
     graded = Graded(
         "scale", oracle=oracle, probes=[Probe("p", "h", lambda x, factor: oracle(x, 2))]
     )
-    graded.expect(
-        submission(scale=lambda x, factor: np.asarray(x) * factor),
-        Args(AsTorch(X), 3.0),
-        what="c",
-    )
+    with pytest.raises(CheckFailed, match="Why: h"):  # wrong, so that the probe runs too
+        graded.expect(
+            submission(scale=lambda x, factor: np.asarray(x) * 2),
+            Args(AsTorch(X), 3.0),
+            what="c",
+        )
     assert seen == [np.ndarray, np.ndarray]
     assert Args(ReadBack(X), out=AsTorch(X)).plain().args[0] is X
     assert Args(ReadBack(X), out=AsTorch(X)).plain().kwargs["out"] is X

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from normlab.grader.core import AsTorch, CheckFailed, Output, RaisedError, ReadBack, Submission
-from normlab.grader.probes import Probe, evaluate, expect_array, expect_items
+from normlab.grader.probes import Deferred, Probe, evaluate, expect_array, expect_items
 
 # ----------------------------------------------------------------------------- tolerances
 
@@ -67,6 +67,11 @@ class Args:
         """What each probe returns for these arguments (``probes.evaluate``)."""
         plain = self.plain()
         return evaluate(probes, *plain.args, **plain.kwargs)
+
+    def deferred(self, probes: Sequence[Probe]) -> Deferred:
+        """``evaluate(probes)``, run only if something asks for it (a failing answer)."""
+        plain = self.plain()
+        return Deferred(probes, *plain.args, **plain.kwargs)
 
     def __repr__(self) -> str:
         shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -148,7 +153,7 @@ class Graded:
             out = self.call(sub, args)
         if expected is None:
             expected = args.apply(self.oracle)
-        candidates = args.evaluate(self.probes)
+        candidates = args.deferred(self.probes)
         tolerances = self.tol if tol is None else tol
         options = {**self.options, **options}
         if self.items:

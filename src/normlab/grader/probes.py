@@ -39,6 +39,33 @@ def evaluate(probes: Sequence[Probe], *args, **kwargs) -> list[tuple[Probe, obje
     return results
 
 
+class Deferred:
+    """``evaluate(probes, *args, **kwargs)``, run the first time it is iterated, then kept.
+
+    An answer that matches the oracle needs no probe: ``expect_array`` only looks at the
+    candidates when it is about to fail, so a passing case never runs them. The arguments must
+    not change in between (the learner is called on copies of them).
+    """
+
+    def __init__(self, probes: Sequence[Probe], *args, **kwargs):
+        self.probes, self.args, self.kwargs = probes, args, kwargs
+        self._results: list[tuple[Probe, object]] | None = None
+
+    def _evaluated(self) -> list[tuple[Probe, object]]:
+        if self._results is None:
+            self._results = evaluate(self.probes, *self.args, **self.kwargs)
+        return self._results
+
+    def __iter__(self):
+        return iter(self._evaluated())
+
+    def __len__(self) -> int:
+        return len(self._evaluated())
+
+    def __getitem__(self, index):
+        return self._evaluated()[index]
+
+
 # Values of eps that implementations hard-code (PyTorch's LayerNorm/BatchNorm default, LLaMA's
 # RMSNorm, and the 1e-8 of optimizers and many tutorials).
 HARD_CODED_EPS = {1e-5: "1e-5", 1e-6: "1e-6", 1e-8: "1e-8"}
@@ -331,7 +358,8 @@ def expect_array(
         what: names the value and the input, e.g. ``"output for x of shape (4, 8)"``.
         rtol, atol: tolerances of ``np.allclose``.
         index, count: compare item ``index`` of a returned tuple of ``count``.
-        candidates: ``probes.evaluate(...)`` results on the same input.
+        candidates: ``probes.evaluate(...)`` results on the same input, or a ``Deferred``
+            evaluation of them; looked at only when the answer is wrong.
         dtype: the dtype the answer must keep (e.g. float32 in, float32 out).
         kinds: accepted kinds of return value (``"ndarray"``, ``"tensor"``).
         hint: said when the answer is wrong and no probe explains it.
@@ -341,13 +369,15 @@ def expect_array(
     got = array_of(out, what, index=index, count=count, kinds=kinds)
     got64 = got.astype(np.float64)
     expected = np.asarray(expected, dtype=np.float64)
-    matched = matching_probes(got64, candidates, index, rtol, atol)
-    why = explain(matched, hint)
+
+    # The probes are matched only for a message: a passing answer never pays for them.
+    def matched() -> list[Probe]:
+        return matching_probes(got64, candidates, index, rtol, atol)
 
     if got.shape != expected.shape:
         raise CheckFailed(
             f"{what}: shape is {fmt_shape(got.shape)} but should be {fmt_shape(expected.shape)}"
-            + why
+            + explain(matched(), hint)
         )
     if dtype is not None and got.dtype != np.dtype(dtype):
         raise CheckFailed(
@@ -362,7 +392,7 @@ def expect_array(
             f"{what}: contains {int(nonfinite.sum())} non-finite value(s) (NaN or inf), first at "
             f"index {where} where {float(expected[where]):.6g} was expected"
             + nonfinite_where(nonfinite, x)
-            + why
+            + explain(matched(), hint)
         )
     with np.errstate(all="ignore"):
         abs_error = np.where(bad_expected, 0.0, np.abs(got64 - expected))
@@ -373,7 +403,9 @@ def expect_array(
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     worst_index = tuple(int(i) for i in worst)
     rel = abs_error / np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
-    if not matched:
+    found = matched()
+    why = explain(found, hint)
+    if not found:
         why = (
             float32_slips(got, expected, candidates, index, rtol)
             or float32_precision(got, expected, rtol)

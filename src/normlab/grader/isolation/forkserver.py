@@ -109,6 +109,10 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
+        # Like ``Popen.wait``: once the status is known, asking again returns it (the server
+        # reports each exit once; waiting for a second report would only run out the timeout).
+        if self.returncode is not None:
+            return self.returncode
         status = self.server.wait_for(self.pid, timeout)
         if status is None:
             status = self._wait_adopted(timeout)
