@@ -82,7 +82,7 @@ def corpus_run(tmp_path_factory, request):
     scratch = base / "tmp"  # the grader's temporary folders, checked empty afterwards
     scratch.mkdir()
     environment = dict(os.environ, TMPDIR=str(scratch))
-    command = grade_command(folder, request.param, "--jobs", "2", "--timeout", "40")
+    command = grade_command(folder, request.param, "--jobs", "2", "--timeout", "20")
     command += ["--csv", str(targets["gradebook"])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]

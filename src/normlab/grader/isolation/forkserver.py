@@ -32,11 +32,11 @@ import threading
 import time
 
 from normlab.grader.isolation import processes
-from normlab.grader.isolation.worker import PRELOAD
+from normlab.grader.isolation.worker import SERVER_PRELOAD
 
 
 def _preload() -> None:
-    for name in PRELOAD:
+    for name in SERVER_PRELOAD:
         try:
             __import__(name)
         except Exception:  # a missing optional library only costs its import later
@@ -220,6 +220,16 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def _stopped(self) -> bool:
+        """Whether the server is stopped (a submission sent it SIGSTOP): it would not answer,
+        and waiting ``wait`` seconds to find that out is the next submission's time."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat", "rb") as stream:
+                stat = stream.read()
+        except (OSError, AttributeError):
+            return False  # no /proc here: the wait finds out
+        return stat[stat.rfind(b")") + 2 :][:1] in (b"T", b"t")
+
     def _discard(self) -> None:
         """Kill a server that failed (stopped, stuck, dead); the next spawn starts a new one."""
         if self.process is not None:
@@ -247,7 +257,7 @@ class ForkServer:
         grader's, not the submission's (its budget starts when it has a process).
         """
         with self.lock:
-            if not self.alive():
+            if not self.alive() or self._stopped():
                 self._discard()
                 self._start()
             request = {"workdir": workdir, "env": env, "limits": limits}
@@ -292,8 +302,8 @@ class ForkServer:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                if not self.alive():
-                    return None
+                if not self.alive() or self._stopped():
+                    return None  # no report will come (the next spawn replaces a stopped one)
                 self.changed.wait(min(remaining, 0.2) if remaining is not None else 0.2)
             return self.statuses.pop(pid)
 
