@@ -667,3 +667,41 @@ def test_a_forked_childs_exit_is_known_after_the_first_wait():
     assert process.wait(timeout=1) == -11
     assert process.wait(timeout=1) == -11
     assert process.returncode == -11
+
+
+def test_a_stopped_fork_server_is_seen_as_stopped():
+    """A submission may SIGSTOP the fork server (the corpus's ``stops_fork_server``). The next
+    spawn replaces it at once instead of waiting ``fork_server_wait`` for an answer, and a
+    wait for a child's exit report gives up instead of waiting out its timeout."""
+    import signal
+
+    from normlab.grader.isolation.forkserver import ForkServer
+    from normlab.grader.isolation.processes import Reaper
+
+    server = ForkServer({}, Reaper(), wait=10)
+    server.process = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not server._stopped()
+        os.kill(server.process.pid, signal.SIGSTOP)
+        for _ in range(100):  # the state changes as the signal is delivered
+            if server._stopped():
+                break
+            time.sleep(0.01)
+        assert server._stopped()
+        # No report will come: the wait returns at once (the limit below is far from that).
+        import threading
+
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(server.wait_for(12345, 600)))
+        waiter.start()
+        waiter.join(60)
+        assert waited == [None]
+        os.kill(server.process.pid, signal.SIGCONT)
+        for _ in range(100):
+            if not server._stopped():
+                break
+            time.sleep(0.01)
+        assert not server._stopped()
+    finally:
+        server.process.kill()
+        server.process.wait()
