@@ -692,7 +692,9 @@ def test_a_stopped_fork_server_is_seen_as_stopped():
         import threading
 
         waited = []
-        waiter = threading.Thread(target=lambda: waited.append(server.wait_for(12345, 600)))
+        waiter = threading.Thread(
+            target=lambda: waited.append(server.wait_for(12345, 600)), daemon=True
+        )
         waiter.start()
         waiter.join(60)
         assert waited == [None]
