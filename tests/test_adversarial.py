@@ -707,3 +707,19 @@ def test_a_stopped_fork_server_is_seen_as_stopped():
     finally:
         server.process.kill()
         server.process.wait()
+
+
+def test_the_reaper_leaves_the_graders_own_children_alone():
+    """While one submission ends (and the reaper sweeps up orphans), another worker thread may
+    be running a probe of its own, a plain child of the grader. Killing it once cost a correct
+    notebook its first check under load ("internal error ... JSONDecodeError")."""
+    from normlab.grader.isolation.processes import Reaper
+
+    reaper = Reaper()
+    helper = subprocess.Popen(["sleep", "60"])  # the grader's own, never tracked
+    try:
+        reaper.sweep()
+        assert helper.poll() is None
+    finally:
+        helper.kill()
+        helper.wait()

@@ -34,6 +34,7 @@ from normlab.grader.isolation.sandbox import (
     Isolation,
     choose_isolation,
     fork_server_environment,
+    hidden_paths,
 )
 from normlab.grader.registry import lab_for_path
 from normlab.grader.report import SubmissionResult, write_atomically
@@ -384,6 +385,8 @@ def grade_all(
             import torch  # noqa: F401
         except ImportError:
             pass
+    if isolation.sandbox:
+        hidden_paths()  # probed once, here, rather than by each worker thread that needs it
     results: dict[int, SubmissionResult] = {}
     reaper = Reaper()
     with tempfile.TemporaryDirectory(prefix="normlab-fork-") as server_home:

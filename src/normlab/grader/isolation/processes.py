@@ -102,17 +102,27 @@ class Reaper:
         self.sweep()
 
     def sweep(self) -> int:
-        """Kill and reap adopted orphans of no running submission; how many there were."""
+        """Kill and reap adopted orphans of no running submission; how many there were.
+
+        A child in the grader's own session is never one: every submission runs in a session
+        of its own from its first instruction, and a process can only leave its session for a
+        new one. Such a child is the grader's own (a probe of what the sandbox must show or
+        hide, run by another thread while this one sweeps), and is left alone.
+        """
         if not self.active:
             return 0
         killed = 0
+        own = os.getsid(0)
         for _ in range(50):
             with self.lock:
                 me = os.getpid()
                 strays = [
                     pid
                     for pid, parent, sid, _ in _processes()
-                    if parent == me and pid not in self.expected and sid not in self.sessions
+                    if parent == me
+                    and pid not in self.expected
+                    and sid not in self.sessions
+                    and sid != own
                 ]
                 for pid in strays:
                     try:
