@@ -9,14 +9,19 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, grade_json
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
 FULL = 16
 
 
-def grade(*paths, extra=()) -> tuple[int, dict, str]:
+# `normlab grade --json` run in this process (its submissions still run in processes of their
+# own); test_parallel_workers_do_not_crash_the_grader needs a fresh grader process each time.
+grade = grade_json
+
+
+def grade_in_a_new_process(*paths, extra=()) -> tuple[int, dict, str]:
     command = [sys.executable, "-m", "normlab.cli", "grade", *map(str, paths), "--json", *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     data = json.loads(done.stdout) if done.returncode == 0 else {}
@@ -186,7 +191,7 @@ def test_parallel_workers_do_not_crash_the_grader():
         ROOT / "labs" / "05_group_instance.ipynb",
     ]
     for _ in range(3):
-        code, data, stderr = grade(*paths, extra=("--jobs", "2"))
+        code, data, stderr = grade_in_a_new_process(*paths, extra=("--jobs", "2"))
         assert code == 0, stderr[-500:]
         assert [s["score"] == s["max_score"] for s in data["submissions"]] == [True, False]
 

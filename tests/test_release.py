@@ -187,27 +187,44 @@ def grade_with_edition(edition, folder):
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    return {Path_stem(s["path"]): s for s in json.loads(done.stdout)["submissions"]}
+    return {folder_and_stem(s["path"]): s for s in json.loads(done.stdout)["submissions"]}
 
 
-def Path_stem(path):  # noqa: N802
-    return path.rsplit("/", 1)[-1].removesuffix(".ipynb")
+def folder_and_stem(path: str) -> tuple[str, str]:
+    folder, name = path.rsplit("/", 2)[-2:]
+    return folder, name.removesuffix(".ipynb")
+
+
+def grade_fresh_and_filled(edition, labs, tmp_path, fill):
+    """The edition's labs as shipped (``fresh/``) and with the answers pasted in (``filled/``),
+    graded by the edition's own grader in one run: each fresh lab 0, each filled one full."""
+    for kind in ("fresh", "filled"):
+        (tmp_path / kind).mkdir()
+        for lab in labs.glob("*.ipynb"):
+            (tmp_path / kind / lab.name).write_bytes(lab.read_bytes())
+            if kind == "filled":
+                fill(tmp_path / kind / lab.name)
+    graded = grade_with_edition(edition, tmp_path)
+    stems = sorted(all_labs())
+    assert sorted(graded) == sorted((kind, s) for kind in ("fresh", "filled") for s in stems)
+    assert all(
+        s["score"] == 0 and s["max_score"] > 0 for (kind, _), s in graded.items() if kind == "fresh"
+    )
+    full = {stem: s for (kind, stem), s in graded.items() if kind == "filled"}
+    maxima = {stem: lab.max_score for stem, lab in all_labs().items()}
+    assert {k: (s["score"], s["error"]) for k, s in full.items()} == {
+        k: (maxima[k], None) for k in full
+    }
 
 
 @pytest.mark.isolation
 def test_edition_labs_grade_zero_fresh_and_full_when_filled(edition, tmp_path):
-    fresh = grade_with_edition(edition, edition / "labs")
-    assert len(fresh) == len(all_labs())
-    assert all(s["score"] == 0 and s["max_score"] > 0 for s in fresh.values()), fresh
-    filled = tmp_path / "filled"
-    filled.mkdir()
-    for lab in (edition / "labs").glob("*.ipynb"):
-        (filled / lab.name).write_bytes(lab.read_bytes())
-        fill_with_solutions(filled / lab.name, ROOT / "solutions")
-    full = grade_with_edition(edition, filled)
-    assert {k: (s["score"], s["error"]) for k, s in full.items()} == {
-        k: (s["max_score"], None) for k, s in full.items()
-    }
+    grade_fresh_and_filled(
+        edition,
+        edition / "labs",
+        tmp_path,
+        lambda lab: fill_with_solutions(lab, ROOT / "solutions"),
+    )
 
 
 # ----------------------------------------------------------------------------- the Spanish edition
@@ -255,17 +272,13 @@ def test_no_answer_region_is_in_the_spanish_labs(spanish_edition):
 
 @pytest.mark.isolation
 def test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled(spanish_edition, tmp_path):
-    fresh = grade_with_edition(spanish_edition, spanish_edition / "es" / "labs")
-    assert len(fresh) == len(all_labs())
-    assert all(s["score"] == 0 and s["max_score"] > 0 for s in fresh.values()), fresh
+    """The Spanish labs, graded by the edition's grader (their answers, pasted into the
+    Spanish cells, earn full marks: what the repository's Spanish labs earn too)."""
     from test_spanish import fill_answer_regions
 
-    filled = tmp_path / "filled"
-    filled.mkdir()
-    for lab in (spanish_edition / "es" / "labs").glob("*.ipynb"):
-        (filled / lab.name).write_bytes(lab.read_bytes())
-        fill_answer_regions(filled / lab.name, ROOT / "solutions" / lab.name)
-    full = grade_with_edition(spanish_edition, filled)
-    assert {k: (s["score"], s["error"]) for k, s in full.items()} == {
-        k: (s["max_score"], None) for k, s in full.items()
-    }
+    grade_fresh_and_filled(
+        spanish_edition,
+        spanish_edition / "es" / "labs",
+        tmp_path,
+        lambda lab: fill_answer_regions(lab, ROOT / "solutions" / lab.name),
+    )
