@@ -227,7 +227,8 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
     # make test, cheaply: run its own lint and staleness lines as they are, and let pytest and
     # nbval collect what they would run (the whole suite is this test's caller).
     # make -n prints a recipe as written: join its continued lines first.
-    recipes = make(course, "-n", "test") + "\n" + make(course, "-n", "test-fast")
+    # TEST_JOBS=0: one process collects (the two workers would each collect the same again).
+    recipes = make(course, "-n", "test", "TEST_JOBS=0") + "\n" + make(course, "-n", "test-fast")
     for line in recipes.replace("\\\n", " ").splitlines():
         if not line.strip() or line.startswith(("make", "touch")) or "pip install" in line:
             continue  # make's own notes and the one-time install steps
