@@ -723,3 +723,54 @@ def test_the_reaper_leaves_the_graders_own_children_alone():
     finally:
         helper.kill()
         helper.wait()
+
+
+def test_the_grader_parses_one_source_at_a_time():
+    """Worker threads parse notebooks at once; on CPython 3.11 two interleaved AST conversions
+    raised "SystemError: AST constructor recursion depth mismatch" in a class graded under load
+    (two correct notebooks lost 3 points each to an internal error). Every parse in the grader
+    goes through ``trap.parse``, which holds one lock."""
+    import re
+    import threading
+
+    from normlab.grader import trap
+
+    package = Path(trap.__file__).parent
+    direct = [
+        path.relative_to(package).as_posix()
+        for path in sorted(package.rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if re.search(r"\bast\.parse\(", line)
+    ]
+    assert direct == ["trap.py"], direct  # the one inside trap.parse
+    entered = threading.Event()
+    release = threading.Event()
+
+    class SlowSource(str):  # ast.parse reads it while another thread waits for the lock
+        def __new__(cls):
+            return super().__new__(cls, "x = 1")
+
+    original = trap.ast.parse
+
+    def parse_slowly(source, *args, **kwargs):
+        if isinstance(source, SlowSource):
+            entered.set()
+            release.wait(30)
+        return original(source, *args, **kwargs)
+
+    trap.ast.parse = parse_slowly
+    try:
+        first = threading.Thread(target=trap.parse, args=(SlowSource(),), daemon=True)
+        first.start()
+        entered.wait(30)
+        second_done = threading.Event()
+        second = threading.Thread(
+            target=lambda: (trap.parse("y = 2"), second_done.set()), daemon=True
+        )
+        second.start()
+        assert not second_done.wait(0.5)  # held back while the first parse runs
+        release.set()
+        assert second_done.wait(30)
+    finally:
+        release.set()
+        trap.ast.parse = original

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 
+from normlab.grader import trap
+
 # Every message about the learner's own cells starts with this; reports read it to say
 # "your code" instead of "error".
 LEARNER_CODE = "Your code stopped"
@@ -25,8 +27,8 @@ _MESSAGE_CHARS = 400
 def called_names(source: str, candidates: set[str]) -> list[str]:
     """The names in ``candidates`` that ``source`` calls or refers to, in order of appearance."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        tree = trap.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):

@@ -17,6 +17,7 @@ import ast
 import contextlib
 import importlib
 import sys
+import threading
 from collections.abc import Iterable
 
 
@@ -29,11 +30,25 @@ CONVENTIONAL = {"torch": "torch", "F": "torch.nn.functional", "nn": "torch.nn"}
 LIBRARY_ROOTS = ("torch", "functorch")
 
 
+# The grader parses notebooks' sources in several worker threads at once. CPython 3.11 keeps
+# the depth counter of its AST conversion in state shared by the threads; under load, two
+# conversions interleaved (a collection running Python code mid-parse lets the other thread in)
+# and the parse of a correct notebook raised "SystemError: AST constructor recursion depth
+# mismatch": an internal error that cost that student a check. One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, one thread at a time (every parse in the grader goes through here)."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def _parse_all(sources: Iterable[str]) -> list[tuple[int, ast.Module]]:
     trees = []
     for index, source in enumerate(sources):
         try:
-            trees.append((index, ast.parse(source)))
+            trees.append((index, parse(source)))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
     return trees
@@ -307,7 +322,7 @@ def notebook_findings(sources: list[str], forbidden_names: Iterable[str]) -> lis
 def ast_unparsable(source: str) -> bool:
     """True when a cell cannot be analysed (nested too deeply for the parser)."""
     try:
-        ast.parse(source)
+        parse(source)
     except (RecursionError, MemoryError, ValueError):
         return True
     except SyntaxError:
