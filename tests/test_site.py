@@ -264,6 +264,11 @@ WAIT_FOR_MATH = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     await MathJax.startup.promise;
   }
+  // MathJax's fonts load after the typesetting: wait for them, or leaving the page aborts a
+  // font still on its way (a busy machine), which would read as a failed request.
+  document.body.getBoundingClientRect();  // lay the page out: the fonts it needs start loading
+  await new Promise(resolve => requestAnimationFrame(() => resolve()));
+  await document.fonts.ready;
   // The prose as a reader sees it, without code (Python strings may hold "$x$" for Matplotlib).
   const article = document.querySelector('article');
   let text = '';
