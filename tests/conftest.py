@@ -55,19 +55,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(TIERS[path.name])
 
 
-def grade_json(*paths, extra=()) -> tuple[int, dict, str]:
-    """`normlab grade --json PATH... EXTRA...` run in this process: (exit status, JSON, stderr).
+def run_cli(arguments) -> tuple[int, str, str]:
+    """`normlab ARGUMENTS...` run in this process: (exit status, stdout, stderr).
 
-    The submissions themselves still run in their own processes (that is the grader's job); only
-    the command's own start-up (a new interpreter importing the course and PyTorch) is saved.
+    Submissions graded this way still run in their own processes (that is the grader's job);
+    only the command's own start-up (a new interpreter importing the course and PyTorch) is
+    saved.
     """
     from normlab.cli import main
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(["grade", *map(str, paths), "--json", *map(str, extra)])
-    data = json.loads(stdout.getvalue()) if code == 0 else {}
-    return code, data, stderr.getvalue()
+        code = main([str(argument) for argument in arguments])
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def grade_json(*paths, extra=()) -> tuple[int, dict, str]:
+    """`normlab grade --json PATH... EXTRA...` run in this process: (exit status, JSON, stderr)."""
+    code, stdout, stderr = run_cli(["grade", *paths, "--json", *extra])
+    data = json.loads(stdout) if code == 0 else {}
+    return code, data, stderr
 
 
 @pytest.fixture(scope="session")

@@ -678,16 +678,19 @@ def test_a_stopped_fork_server_is_seen_as_stopped():
     from normlab.grader.isolation.forkserver import ForkServer
     from normlab.grader.isolation.processes import Reaper
 
+    def stopped_after(sig) -> bool:
+        os.kill(server.process.pid, sig)
+        for _ in range(3000):  # the state changes as the signal is delivered (far below 30 s)
+            if server._stopped() == (sig == signal.SIGSTOP):
+                break
+            time.sleep(0.01)
+        return server._stopped()
+
     server = ForkServer({}, Reaper(), wait=10)
     server.process = subprocess.Popen(["sleep", "60"])
     try:
         assert not server._stopped()
-        os.kill(server.process.pid, signal.SIGSTOP)
-        for _ in range(3000):  # the state changes as the signal is delivered (far below 30 s)
-            if server._stopped():
-                break
-            time.sleep(0.01)
-        assert server._stopped()
+        assert stopped_after(signal.SIGSTOP)
         # No report will come: the wait returns at once (the limit below is far from that).
         import threading
 
@@ -698,12 +701,7 @@ def test_a_stopped_fork_server_is_seen_as_stopped():
         waiter.start()
         waiter.join(60)
         assert waited == [None]
-        os.kill(server.process.pid, signal.SIGCONT)
-        for _ in range(3000):
-            if not server._stopped():
-                break
-            time.sleep(0.01)
-        assert not server._stopped()
+        assert not stopped_after(signal.SIGCONT)
     finally:
         server.process.kill()
         server.process.wait()

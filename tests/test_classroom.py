@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import run_cli
 from corpus import FULL, LAB, SOLUTION
 
 from normlab.grader.grade import find_submissions, student_of
@@ -107,11 +108,6 @@ def class_of_30(tmp_path_factory) -> tuple[Path, dict[str, int]]:
 
 def grade_class(root: Path, out: Path, *extra) -> subprocess.CompletedProcess:
     """`normlab grade` over the class, run in this process (the submissions in their own)."""
-    import contextlib
-    import io
-
-    from normlab.cli import main
-
     arguments = [
         "grade",
         str(root),
@@ -126,10 +122,7 @@ def grade_class(root: Path, out: Path, *extra) -> subprocess.CompletedProcess:
         "20",
         *extra,
     ]
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(arguments)
-    return subprocess.CompletedProcess(arguments, code, stdout.getvalue(), stderr.getvalue())
+    return subprocess.CompletedProcess(arguments, *run_cli(arguments))
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -223,12 +223,10 @@ class ForkServer:
     def _stopped(self) -> bool:
         """Whether the server is stopped (a submission sent it SIGSTOP): it would not answer,
         and waiting ``wait`` seconds to find that out is the next submission's time."""
-        try:
-            with open(f"/proc/{self.process.pid}/stat", "rb") as stream:
-                stat = stream.read()
-        except (OSError, AttributeError):
-            return False  # no /proc here: the wait finds out
-        return stat[stat.rfind(b")") + 2 :][:1] in (b"T", b"t")
+        if self.process is None:
+            return False
+        fields = processes.stat_fields(self.process.pid)
+        return bool(fields) and fields[0] in (b"T", b"t")  # no /proc here: the wait finds out
 
     def _discard(self) -> None:
         """Kill a server that failed (stopped, stuck, dead); the next spawn starts a new one."""

@@ -30,6 +30,17 @@ def become_subreaper() -> bool:
         return False
 
 
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then the parent
+    pid, ...); None when there is no such process or no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            text = stream.read()
+    except OSError:
+        return None
+    return text[text.rfind(b")") + 2 :].split()
+
+
 def _processes():
     """(pid, parent pid, session id, zombie?) of every process (Linux /proc)."""
     try:
@@ -39,12 +50,9 @@ def _processes():
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stream:
-                text = stream.read()
-        except OSError:
+        fields = stat_fields(name)
+        if fields is None:
             continue
-        fields = text[text.rfind(b")") + 2 :].split()
         try:
             yield int(name), int(fields[1]), int(fields[3]), fields[0] == b"Z"
         except (IndexError, ValueError):
