@@ -19,6 +19,7 @@ import types
 from pathlib import Path
 
 import nbformat
+import numba
 import pytest
 import torch
 
@@ -29,8 +30,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 # intra-op thread each of them pays for waking the pool, which on a busy 2-core machine costs
 # about 20 times the operation itself (measured: layer_norm forward and backward on (8, 16),
 # 0.7 ms with one thread, 8-13 ms with two). Kernels and graded submissions are separate
-# processes and keep PyTorch's default.
+# processes: kernels keep PyTorch's default, submissions are given one thread by the grader.
 torch.set_num_threads(1)
+# Numba's OpenMP layer sets OpenMP's thread count for the whole process each time a parallel
+# kernel runs (lab 07's checks and mutants run some here), and PyTorch reads its count from
+# there: every later check in the process ran on two threads again. Once lab 07's tests had
+# run, the mutants of lab 02 took 53 s of CPU beside the other worker, 5 s alone.
+numba.set_num_threads(1)
 
 # A limit only for a hung process or kernel, far above any healthy run on a loaded machine.
 # How fast things are is reported by `make bench`, never asserted.

@@ -772,3 +772,42 @@ def test_the_grader_parses_one_source_at_a_time():
     finally:
         release.set()
         trap.ast.parse = original
+
+
+@pytest.mark.isolation
+@pytest.mark.parametrize("mode", MODES)
+def test_a_submission_computes_on_one_thread(mode):
+    """Submissions are graded ``--jobs`` at a time, one per core, so each computes on one
+    thread. Numba's OpenMP layer starts a thread per core unless told otherwise, and sets
+    OpenMP's count for PyTorch too: two threads per submission on a full machine spin at every
+    barrier. Lab 07's prange kernels graded 12 at a time took 37 s instead of 30 s."""
+    import tempfile
+
+    from normlab.grader.isolation.forkserver import ForkServer
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.processes import Reaper
+    from normlab.grader.isolation.sandbox import (
+        ChildSubmission,
+        choose_isolation,
+        fork_server_environment,
+    )
+
+    cells = [
+        "import numba\nimport numpy as np\nimport torch\nfrom numba import njit, prange\n\n"
+        "@njit(parallel=True)\ndef add_one(x):\n    for i in prange(x.shape[0]):\n"
+        "        x[i] += 1.0\n    return x\n\n"
+        "add_one(np.zeros(64))\n"
+        "threads = np.array([numba.get_num_threads(), torch.get_num_threads()], dtype=float)"
+    ]
+    isolation = choose_isolation(mode == "sandbox", allow_root=True)
+    with tempfile.TemporaryDirectory(prefix="normlab-fork-") as home:
+        server = None
+        if mode == "processes":  # as a class is graded: children of the fork server
+            server = ForkServer(fork_server_environment(home), Reaper(), DEFAULT.fork_server_wait)
+        try:
+            with ChildSubmission(cells, DEFAULT, isolation, server) as submission:
+                assert submission.has("threads"), submission.cell_errors
+                assert submission.get("threads").items[0].array.tolist() == [1.0, 1.0]
+        finally:
+            if server is not None:
+                server.close()

@@ -320,6 +320,7 @@ def child_environment(home: str) -> dict:
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
+        "NUMBA_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "NORMLAB_GRADING": "1",
