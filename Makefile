@@ -47,14 +47,14 @@ lab: $(VENV)/.installed
 
 # One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
 # in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share
-# one kernel and a test file's fixtures are built once. The demos come first: the longest of
-# them (06 trains its models) then runs beside other files instead of last and alone.
+# one kernel and a test file's fixtures are built once. Files are handed out longest first
+# (tests/conftest.py, LONGEST_FIRST), so that the run does not end on one long file alone.
 TEST_JOBS ?= 2
 test: $(VENV)/.installed $(VENV)/.site-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --nbval --nbval-current-env -p no:cacheprovider \
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --nbval --nbval-current-env -p no:cacheprovider \
 	  notebooks tests solutions
 
 # The edit loop: no notebooks, no process per submission, no JupyterLab (markers in pyproject.toml).

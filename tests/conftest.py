@@ -50,7 +50,29 @@ TIERS = {
 }
 
 
+# `make test` hands whole files to its workers in collection order (pytest-xdist's
+# --no-loadscope-reorder; by default it hands out the files with the most tests first, which
+# left a file of 3 long tests, test_workflow.py, to run alone at the end). The files that take
+# longest, by `--durations` in a full run, come first, so that the last to finish is a short one.
+LONGEST_FIRST = (
+    "tests/test_adversarial.py",
+    "tests/test_workflow.py",
+    "tests/test_site.py",
+    "notebooks/06_pre_post_ln.ipynb",
+    "tests/test_spanish.py",
+    "tests/test_release.py",
+    "tests/test_classroom.py",
+    "tests/test_mutants.py",
+    "tests/test_lms.py",
+    "tests/test_notebooks.py",
+    "tests/test_grade.py",
+    "tests/test_every_probe_fires.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
     for item in items:
         path = Path(str(item.path))
         if path.suffix == ".ipynb":  # collected by nbval

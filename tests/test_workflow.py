@@ -59,9 +59,15 @@ def fill_with_solutions(notebook_path, solutions_dir):
     nbformat.write(lab, notebook_path)
 
 
+# The copy shares this checkout's .venv. Its install steps are never remade from the copy: with
+# a pyproject.toml newer than the venv's stamp, `make` reinstalled the course from the copy in a
+# temporary folder, and every later grading in the suite imported a package that was gone.
+MAKE = ("make", f"VENV={VENV}", "-o", f"{VENV}/.installed", "-o", f"{VENV}/.site-installed")
+
+
 def make(course, *arguments, timeout=600):
     done = subprocess.run(
-        ["make", f"VENV={VENV}", *arguments],
+        [*MAKE, *arguments],
         cwd=course,
         capture_output=True,
         text=True,
@@ -80,7 +86,7 @@ def serve_and_stop(course):
 
     port = free_port()
     process = subprocess.Popen(
-        ["make", f"VENV={VENV}", "lab", f"PORT={port}"],
+        [*MAKE, "lab", f"PORT={port}"],
         cwd=course,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
