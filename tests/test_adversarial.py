@@ -789,7 +789,7 @@ def test_a_submission_computes_on_one_thread(mode):
     """Submissions are graded ``--jobs`` at a time, one per core, so each computes on one
     thread. Numba's OpenMP layer starts a thread per core unless told otherwise, and sets
     OpenMP's count for PyTorch too: two threads per submission on a full machine spin at every
-    barrier. Lab 07's prange kernels graded 12 at a time took 37 s instead of 30 s."""
+    barrier. Lab 07's solution graded 12 times, two at a time, took 37 s instead of 30 s."""
     import tempfile
 
     from normlab.grader.isolation.forkserver import ForkServer
