@@ -299,10 +299,15 @@ def build(folder: Path, targets: dict[str, Path]) -> dict[str, tuple]:
         ),
         "huge_output": (_with_cells(after=["print('x' * 100_000_000)"]), FULL, "OSError"),
         "segfault": (_with_cells(after=["import ctypes\nctypes.string_at(0)"]), 0, "SIGSEGV"),
-        "ignores_alarm_then_loops": (
+        # The cell's alarm is ignored: only the grader's own deadline for the whole submission
+        # ends it. It sleeps, so that the class's run does not spend that budget's CPU; the
+        # same with an endless loop, on a short budget: test_adversarial.py,
+        # test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline.
+        "ignores_alarm_then_sleeps": (
             _with_cells(
                 after=[
-                    "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass"
+                    "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                    "time.sleep(1e9)"
                 ]
             ),
             0,

@@ -820,3 +820,44 @@ def test_a_submission_computes_on_one_thread(mode):
         finally:
             if server is not None:
                 server.close()
+
+
+@pytest.mark.isolation
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline(mode):
+    """A cell's time limit is an alarm in the child, which the child can ignore. The grader's
+    own deadline for the whole submission still ends it, spinning as it is: a short budget
+    here (the class corpus has the same cell asleep, on the class's budget)."""
+    import dataclasses
+    import tempfile
+
+    from normlab.grader import core
+    from normlab.grader.isolation.forkserver import ForkServer
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.processes import Reaper
+    from normlab.grader.isolation.sandbox import (
+        ChildSubmission,
+        choose_isolation,
+        fork_server_environment,
+    )
+
+    cells = [
+        "answer = 42",
+        "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass",
+    ]
+    limits = dataclasses.replace(DEFAULT, timeout=3.0)
+    isolation = choose_isolation(mode == "sandbox", allow_root=True)
+    with tempfile.TemporaryDirectory(prefix="normlab-fork-") as home:
+        server = None
+        if mode == "processes":
+            server = ForkServer(fork_server_environment(home), Reaper(), DEFAULT.fork_server_wait)
+        try:
+            with ChildSubmission(cells, limits, isolation, server) as submission:
+                with pytest.raises(core.ProcessTimedOut, match="timed out while running"):
+                    submission.has("answer")
+                assert submission.process is None  # killed, not left to spin
+                with pytest.raises(core.ProcessFailed, match="time budget is used up"):
+                    submission.has("answer")  # and not restarted on a budget that is spent
+        finally:
+            if server is not None:
+                server.close()

@@ -640,12 +640,22 @@ def fill_answer_regions(lab_path, solution_path):
 # (the same generated labs; one run for both).
 
 
+@pytest.fixture(scope="module")
+def spanish_kernel():
+    """The Spanish labs share a kernel, as the English ones do (tests/test_notebooks.py)."""
+    from test_notebooks import SharedKernel
+
+    shared = SharedKernel()
+    yield shared
+    shared.close()
+
+
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", SPANISH_LABS, ids=lambda p: p.stem)
-def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(path):
+def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(spanish_kernel, path):
     from test_notebooks import check_reports
 
-    reports = check_reports(path)
+    reports = check_reports(spanish_kernel, path)
     # The Spanish lab's setup cell switches check()'s reports to Spanish.
     assert reports and all(
         "todavía no está implementada" in r or "todavía no hay respuesta" in r for r in reports
