@@ -583,9 +583,6 @@ def test_h200_numbers_of_the_chapter():
 @pytest.mark.isolation
 def test_out_is_read_back_across_the_process_boundary(tmp_path):
     """`normlab grade` runs the notebook in a child; the filled `out` must come back from it."""
-    import json
-    import subprocess
-    import sys
 
     import nbformat
 
@@ -599,10 +596,11 @@ def test_out_is_read_back_across_the_process_boundary(tmp_path):
     notebook.metadata["normlab"] = {"lab": "07_cost"}
     path = tmp_path / "07_cost.ipynb"
     nbformat.write(notebook, path)
-    command = [sys.executable, "-m", "normlab.cli", "grade", str(path), "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    (submission,) = json.loads(done.stdout)["submissions"]
+    from conftest import grade_json
+
+    code, data, stderr = grade_json(path)  # in this process; the notebook runs in its own
+    assert code == 0, stderr
+    (submission,) = data["submissions"]
     checks = {c["name"]: c for c in submission["checks"] if "RMSNorm fused" in c["name"]}
     assert len(checks) == 2
     filled = next(c for name, c in checks.items() if "fills the out" in name)

@@ -78,10 +78,12 @@ def make(course, *arguments, timeout=600):
     return done.stdout + done.stderr
 
 
-def serve_and_stop(course):
+def serve_and_stop(course, until=None):
     """`make lab` on a free port: wait for the start page's URL, fetch it, stop the server.
 
-    Where the course has a Spanish start page, `make lab` names its URL too, and it opens."""
+    Where the course has a Spanish start page, `make lab` names its URL too, and it opens.
+    With ``until``, stop as soon as a line holds that text (before JupyterLab starts, when the
+    line comes from the copying step) and return the output up to it."""
     from test_setup import fetch
 
     port = free_port()
@@ -101,6 +103,8 @@ def serve_and_stop(course):
             if not line:
                 break
             log.append(line)
+            if until is not None and until in line:
+                return "".join(log)
             found = re.search(
                 rf"http://localhost:{port}/lab/tree/START_HERE\.ipynb\?token=\w+", line
             )
@@ -249,8 +253,9 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
     for target in ("bench", "site"):
         recipe = make(course, "-n", target)
         assert not re.search(r"(^|[\s=])work/?(\s|$)", recipe), recipe
-    # make lab again: the copies are kept, not replaced by fresh labs.
-    assert "never overwritten" in serve_and_stop(course)
+    # make lab again: the copies are kept, not replaced by fresh labs. It is stopped once its
+    # copying step has said so; that the server then starts was seen the first time.
+    assert "never overwritten" in serve_and_stop(course, until="never overwritten")
 
     assert learner_files(work) == before
 
