@@ -22,8 +22,9 @@ from pathlib import Path
 # graders, `make`): `make test` already runs a worker per core, and a second thread in each
 # only spins beside the others. Set before NumPy and PyTorch load, so OpenBLAS and OpenMP read
 # it; a value already in the environment is kept. On 2 idle cores with 3 workers, one run
-# each: the suite's CPU time 759 s -> 639 s, pytest 8 min 14 s -> 7 min 4 s. The stored outputs
-# hold either way (`make test` ran with each library's default, two threads here, before).
+# each with a per-test CPU probe loaded: the CPU time of the suite's processes 759 s -> 639 s,
+# pytest 8 min 14 s -> 7 min 4 s. The stored outputs hold either way (`make test` ran with each
+# library's default, two threads here, before).
 for _variable in (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
