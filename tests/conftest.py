@@ -14,6 +14,7 @@ import functools
 import io
 import json
 import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -68,20 +69,21 @@ TIERS = {
 # `make test` hands whole files to its workers in collection order (pytest-xdist's
 # --no-loadscope-reorder; by default it hands out the files with the most tests first, which
 # left a file of 3 long tests, test_workflow.py, to run alone at the end). The files that take
-# longest, by `--durations` in a full run, come first, so that the last to finish is a short one.
+# longest (their tests' time added up, in one full run of the present suite) come first, so that
+# the last to finish is a short one.
 LONGEST_FIRST = (
     "tests/test_adversarial.py",
+    "notebooks/06_pre_post_ln.ipynb",
     "tests/test_workflow.py",
     "tests/test_site.py",
-    "notebooks/06_pre_post_ln.ipynb",
-    "tests/test_spanish.py",
     "tests/test_release.py",
-    "tests/test_classroom.py",
     "tests/test_mutants.py",
-    "tests/test_lms.py",
-    "tests/test_notebooks.py",
+    "tests/test_classroom.py",
     "tests/test_grade.py",
+    "tests/test_spanish.py",
     "tests/test_every_probe_fires.py",
+    "tests/test_i18n.py",
+    "tests/test_notebooks.py",
 )
 
 
@@ -111,6 +113,12 @@ def run_cli(arguments) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = main([str(argument) for argument in arguments])
     return code, stdout.getvalue(), stderr.getvalue()
+
+
+def run_cli_process(arguments) -> subprocess.CompletedProcess:
+    """``run_cli`` as a ``CompletedProcess``, for tests that read a command's result that way."""
+    arguments = [str(argument) for argument in arguments]
+    return subprocess.CompletedProcess(arguments, *run_cli(arguments))
 
 
 def grade_json(*paths, extra=()) -> tuple[int, dict, str]:

@@ -29,25 +29,29 @@ SECRET = "the instructor's secret 8c1f\n"
 MODES = ["processes", "sandbox"] if SANDBOX else ["processes"]
 
 
-def grade_command(folder: Path, mode: str, *extra: str) -> list[str]:
-    command = [sys.executable, "-m", "normlab.cli", "grade", str(folder), "--json", *extra]
+def grade_arguments(folder: Path, mode: str, *extra: str) -> list[str]:
+    """`normlab grade FOLDER --json EXTRA...` in one isolation mode."""
+    arguments = ["grade", str(folder), "--json", *extra]
     if mode == "sandbox":
-        command.append("--sandbox")
+        arguments.append("--sandbox")
     else:
-        command.append("--no-sandbox")
+        arguments.append("--no-sandbox")
         if os.geteuid() == 0:
-            command.append("--allow-root")  # this Python may not be runnable by nobody here
-    return command
+            arguments.append("--allow-root")  # this Python may not be runnable by nobody here
+    return arguments
+
+
+def grade_command(folder: Path, mode: str, *extra: str) -> list[str]:
+    """The same, as a grader process of its own (for the tests that watch that process)."""
+    return [sys.executable, "-m", "normlab.cli", *grade_arguments(folder, mode, *extra)]
 
 
 def grade_here(folder: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
-    """As ``grade_command``, run in this process (the submissions still run in their own): for
-    the tests that need no grader process of its own to watch. A new interpreter would import
-    PyTorch again, 2.4 s of CPU each time."""
-    from conftest import run_cli
+    """The same, run in this process (the submissions still run in their own): a new
+    interpreter would import PyTorch again, 2.4 s of CPU each time."""
+    from conftest import run_cli_process
 
-    arguments = grade_command(folder, mode, *extra)[3:]  # after `python -m normlab.cli`
-    return subprocess.CompletedProcess(arguments, *run_cli(arguments))
+    return run_cli_process(grade_arguments(folder, mode, *extra))
 
 
 def survivors() -> list[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import run_cli
+from conftest import run_cli_process
 from corpus import FULL, LAB, SOLUTION
 
 from normlab.grader.grade import find_submissions, student_of
@@ -122,7 +122,7 @@ def grade_class(root: Path, out: Path, *extra) -> subprocess.CompletedProcess:
         "20",
         *extra,
     ]
-    return subprocess.CompletedProcess(arguments, *run_cli(arguments))
+    return run_cli_process(arguments)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

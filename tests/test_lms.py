@@ -101,13 +101,9 @@ def test_two_submissions_never_share_an_id(tmp_path, capsys):
 def normlab(*arguments, check=True):
     """`normlab ARGUMENTS...` in this process (the submissions still run in their own): a new
     interpreter for each command would import PyTorch again, 2.4 s of CPU each time."""
-    from conftest import run_cli
+    from conftest import run_cli_process
 
-    try:
-        code, stdout, stderr = run_cli(arguments)
-    except SystemExit as stop:  # argparse's usage errors
-        code, stdout, stderr = stop.code, "", str(stop)
-    done = subprocess.CompletedProcess(arguments, code, stdout, stderr)
+    done = run_cli_process(arguments)
     if check:
         assert done.returncode == 0, done.stderr
     return done
