@@ -229,3 +229,20 @@ def definition_cells(stem: str) -> tuple[str, ...]:
         for cell in notebook.cells
         if cell.cell_type == "code" and "runs-learner-code" not in cell.metadata.get("tags", [])
     )
+
+
+def check_results(stem: str, objects: dict, first: str | None = None):
+    """The results of the lab's checks of ``objects``, one at a time, as ``check()`` grades them.
+
+    A generator: a test that needs only the first failure (a mutant, a probe) stops there and
+    the remaining checks never run. ``first``: the checks that use this name run before the
+    others (a stable sort, so the lab's order otherwise).
+    """
+    from normlab.grader import core, notebook
+    from normlab.grader.registry import get_lab
+
+    lab = get_lab(stem)
+    guarded = core.ForbiddenGuard(notebook.InProcessSubmission(objects, lab.forbidden), lab)
+    chosen = [check for check in lab.checks if set(check.uses) & set(objects)]
+    chosen.sort(key=lambda check: first not in check.uses)
+    return (core.run_check(check, guarded) for check in chosen)
