@@ -161,3 +161,13 @@ def test_table_ends_with_the_total_when_several_notebooks_are_graded():
     assert table.splitlines()[-1] == "total: 2/6 points in 2 notebooks"
     assert "    ✗ b: why" in table and "ERROR: boom" in table
     assert "total" not in to_table(results[:1])
+
+
+def test_pytest_loads_the_course_plugin_before_nbformat():
+    """pyproject.toml's ``-p normlab.pytest_plugin`` ran before nbval imported nbformat: the IRI
+    parser that jsonschema would have built (2 s of CPU per pytest process) was never imported."""
+    import sys
+
+    assert "nbformat" in sys.modules and "jsonschema" in sys.modules
+    assert "normlab.pytest_plugin" in sys.modules
+    assert sys.modules.get("rfc3987_syntax", "absent") is None
