@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from conftest import ROOT
 from corpus import FULL, LAB, SOLUTION, SURVIVOR_MARK, build
 
 from normlab.grader.isolation.sandbox import bwrap_available
@@ -211,7 +213,6 @@ def test_another_students_file_cannot_be_read(corpus_run):
 def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
     """NumPy labs graded without PyTorch (under the sandbox) and lab 06 with it: each solution
     earns every point with no error, each fresh lab none."""
-    from conftest import ROOT
 
     from normlab.grader.registry import all_labs
 
@@ -869,3 +870,54 @@ def test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline(mode)
         finally:
             if server is not None:
                 server.close()
+
+
+@pytest.mark.isolation
+def test_a_lab_gives_the_functions_it_names_a_longer_call_budget():
+    """``Lab.call_timeouts``: a call that takes 6.5 s (a Numba kernel compiling on a busy
+    machine) finishes where the lab allows 15 s; the same call of a function the lab does not
+    name stops at the default 5 s, and is not called again."""
+    import dataclasses
+
+    from normlab.grader import core
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.sandbox import ChildSubmission, choose_isolation
+
+    cells = [
+        "import time\nimport numpy as np\n"
+        "def compiling(x):\n    time.sleep(6.5)\n    return x + 1\n"
+        "def plain(x):\n    time.sleep(6.5)\n    return x + 1\n"
+    ]
+    limits = dataclasses.replace(DEFAULT, timeout=40.0)
+    isolation = choose_isolation(False, allow_root=True)
+    budgets = {"compiling": 15.0}
+    with ChildSubmission(cells, limits, isolation, call_timeouts=budgets) as submission:
+        output = submission.call("compiling", np.zeros(2))
+        assert output.items[0].array.tolist() == [1.0, 1.0]
+        with pytest.raises(core.RaisedError, match="did not finish in time .an endless loop"):
+            submission.call("plain", np.zeros(2))
+        with pytest.raises(core.RaisedError, match="did not finish in time on an earlier input"):
+            submission.call("plain", np.zeros(2))
+
+
+def test_grading_lab_07_gives_its_kernels_their_call_budget(monkeypatch):
+    """``normlab grade`` hands the lab's ``call_timeouts`` to the notebook's process."""
+    from normlab.grader import grade
+    from normlab.grader.isolation.sandbox import choose_isolation
+    from normlab.grader.registry import get_lab
+
+    given = {}
+
+    class Recorder:
+        def __init__(self, *args, **kwargs):
+            given.update(kwargs)
+            raise RuntimeError("recorded")
+
+    monkeypatch.setattr(grade, "ChildSubmission", Recorder)
+    raw = (ROOT / "labs" / "07_cost.ipynb").read_bytes()
+    with pytest.raises(RuntimeError, match="recorded"):
+        grade.grade_bytes(
+            raw, Path("07_cost.ipynb"), grade.Settings(), choose_isolation(False, True)
+        )
+    assert given["call_timeouts"] == get_lab("07_cost").call_timeouts
+    assert set(given["call_timeouts"]) == {"rmsnorm_fused", "layernorm_fused"}

@@ -211,6 +211,10 @@ class Lab:
             ``normlab grade`` runs the notebook where PyTorch cannot be imported, under the
             sandbox (``isolation.hidden``); the notebook's own comparisons with PyTorch are
             skipped there, at no cost.
+        call_timeouts: learner name -> wall seconds for one call of it, where the default
+            (``Limits.call_timeout``) is too short. A Numba kernel compiles on its first call
+            with each kind of input (dtype, number of dimensions, memory layout), about 1 s of
+            CPU each time, which a busy grading machine stretches past the default.
     """
 
     stem: str
@@ -218,6 +222,7 @@ class Lab:
     forbidden: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     checks: list[Check] = dataclasses.field(default_factory=list)
     torch: bool = False
+    call_timeouts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def check(self, name: str, points: int, uses: Sequence[str]):
         """Decorator that registers a check function on this lab."""

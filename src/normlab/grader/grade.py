@@ -237,7 +237,13 @@ def grade_bytes(
     forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
     findings = trap.notebook_findings(cells, forbidden_names)
     with ChildSubmission(
-        cells, limits, isolation, fork_server, reaper, torch=lab.torch
+        cells,
+        limits,
+        isolation,
+        fork_server,
+        reaper,
+        torch=lab.torch,
+        call_timeouts=lab.call_timeouts,
     ) as submission:
         results = core.run_checks(lab, submission)
         error = None

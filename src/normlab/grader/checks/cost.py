@@ -46,6 +46,10 @@ LAB = Lab(
         "rmsnorm_fused": LIBRARY_NORMS,
         "layernorm_fused": LIBRARY_NORMS,
     },
+    # The fused kernels are Numba's: each compiles on its first call with each kind of input,
+    # about 1 s of CPU every time (1.0 to 1.4 s here, on 2 idle cores). Under the default 5 s a
+    # correct kernel once lost its 5 points on a busy machine.
+    call_timeouts={"rmsnorm_fused": 20.0, "layernorm_fused": 20.0},
 )
 
 EPS = 1e-5

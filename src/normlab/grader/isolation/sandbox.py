@@ -345,6 +345,8 @@ class ChildSubmission(core.Submission):
         reaper: the grader's ``processes.Reaper`` (kills orphans adopted by the grader).
         torch: whether the lab's graded code may use PyTorch (``Lab.torch``); when not, the
             sandbox hides it (processes mode cannot: see ``docs/grading.md``).
+        call_timeouts: learner name -> wall seconds for one call, where the lab allows more
+            than ``limits.call_timeout`` (``Lab.call_timeouts``).
     """
 
     def __init__(
@@ -355,8 +357,10 @@ class ChildSubmission(core.Submission):
         fork_server=None,
         reaper: processes.Reaper | None = None,
         torch: bool = True,
+        call_timeouts: dict[str, float] | None = None,
     ):
         self.cells = cells
+        self.call_timeouts = dict(call_timeouts or {})
         self.hide_torch = isolation.sandbox and not torch
         self.limits = limits
         self.isolation = isolation
@@ -647,7 +651,8 @@ class ChildSubmission(core.Submission):
             raise core.RaisedError(
                 f"`{name}` did not finish in time on an earlier input; not run again"
             )
-        timeout = min(self.limits.call_timeout, self.remaining())
+        budget = max(self.limits.call_timeout, self.call_timeouts.get(name, 0.0))
+        timeout = min(budget, self.remaining())
         try:
             reply, results = self._exchange(
                 dict(header, timeout=max(0.5, timeout - 1)), arrays, timeout, f"calling `{name}`"
