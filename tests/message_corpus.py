@@ -109,10 +109,8 @@ def _editions(namespace: dict, names: list[str]) -> dict[str, list[dict]]:
 
 
 @functools.cache
-@functools.cache
 def emitted_messages(stem: str) -> dict[str, list[str]]:
-    """Case -> the messages grading it emitted, for every edition of lab ``stem`` (computed once
-    per process: two tests read lab 03's; neither changes what it is given)."""
+    """Case -> the messages grading it emitted, for every edition of lab ``stem``."""
     module = MODULES[stem]
     names = module.LAB.names
     found: dict[str, list[str]] = {}

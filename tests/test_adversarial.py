@@ -213,7 +213,6 @@ def test_another_students_file_cannot_be_read(corpus_run):
 def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
     """NumPy labs graded without PyTorch (under the sandbox) and lab 06 with it: each solution
     earns every point with no error, each fresh lab none."""
-
     from normlab.grader.registry import all_labs
 
     labs = all_labs()

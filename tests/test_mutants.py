@@ -3,8 +3,7 @@
 For each solution notebook, every function (or class method) whose body holds a
 ``### BEGIN SOLUTION`` region is mutated one change at a time (see ``mutants.py``); each mutant is
 run through the lab's checks in-process, until one fails. At least 90% of the mutants must fail a
-check. Survivors are printed, so a weak check
-is easy to find.
+check. Survivors are printed, so a weak check is easy to find.
 """
 
 from __future__ import annotations
