@@ -654,8 +654,8 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            _by_mode(FULL, FULL - FORWARD),  # the sandbox hides PyTorch from a NumPy lab
-            _by_mode("", TORCH_HIDDEN),
+            FULL - FORWARD,  # PyTorch is hidden from a NumPy lab's graded code
+            TORCH_HIDDEN,
             "computed lookup",
         ),
         "instance_norm_on_a_view_by_computed_name": (
@@ -668,15 +668,14 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
                 "    return gamma * y.numpy().reshape(x.shape) + beta",
                 ["import torch"],
             ),
-            # instance_norm refuses d = 1 (one spatial element): that check fails
-            _by_mode(FULL - 1, FULL - FORWARD),
-            _by_mode("Expected more than 1 spatial element", TORCH_HIDDEN),
+            FULL - FORWARD,
+            TORCH_HIDDEN,
             "computed lookup",
         ),
         "exec_of_encoded_source": (
             _replace_function(FORWARD_DEF, _encoded_exec(forward_library), ["import torch"]),
-            _by_mode(FULL, FULL - FORWARD),
-            _by_mode("", TORCH_HIDDEN),
+            FULL - FORWARD,
+            TORCH_HIDDEN,
             "dynamic code: exec",
         ),
         "forward_mode_autodiff": (
@@ -692,30 +691,31 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
             "from scratch",
             "PyTorch internals: torch.func",
         ),
-        # -- a NumPy lab's graded code cannot reach PyTorch under the sandbox, by any route
-        # (processes mode cannot hide it: a finding there, for the instructor)
+        # -- a NumPy lab's graded code cannot reach PyTorch under the sandbox, by any route;
+        # without it the same stand-ins stop an honest notebook's use (one grade in both modes),
+        # and what a hostile one does around them is a finding for the instructor
         "torch_by_importlib": (
             _forward_through("importlib.import_module('to' + 'rch')", "import importlib"),
-            _by_mode(FULL, FULL - FORWARD),
-            _by_mode("", TORCH_HIDDEN),
+            FULL - FORWARD,
+            TORCH_HIDDEN,
             "dynamic import: importlib",
         ),
         "torch_by_dunder_import": (
             _forward_through("__import__(''.join(map(chr, [116, 111, 114, 99, 104])))"),
-            _by_mode(FULL, FULL - FORWARD),
-            _by_mode("", TORCH_HIDDEN),
+            FULL - FORWARD,
+            TORCH_HIDDEN,
             "dynamic code: __import__",
         ),
         "torch_from_sys_modules": (
             _forward_through("sys.modules['to' + 'rch']", "import sys"),
-            _by_mode(FULL, FULL - FORWARD),
-            _by_mode("", TORCH_HIDDEN),
+            FULL - FORWARD,
+            TORCH_HIDDEN,
             "module table: sys.modules",
         ),
         # Removes the stand-in and imports again: reaches the sandbox's empty folder.
         "torch_unhidden_by_removing_the_stand_in": (
             _forward_through("importlib.import_module('to' + 'rch')", UNHIDE),
-            _by_mode(FULL, FULL - FORWARD),
+            FULL - FORWARD,
             _by_mode("", "raised ImportError: PyTorch is not available"),
             "dynamic import: importlib",
         ),

@@ -17,10 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 from conftest import ROOT
-from corpus import FULL, LAB, SOLUTION, SURVIVOR_MARK, build
+from corpus import CONTROLS, FORWARD_DEF, FULL, LAB, SOLUTION, SURVIVOR_MARK, TORCH_HIDDEN, build
 
 from normlab.grader.isolation.sandbox import bwrap_available
 
@@ -283,6 +284,88 @@ def test_the_sandbox_hides_torch_at_the_os_level(tmp_path):
     assert found["import"].startswith("PyTorch is not available"), found["import"]
     assert found["/x"] != "written" and found["/dev/x"] != "written", found
     assert found[folders[0] + "/x"] != "written", found
+
+
+# The two doors agree on PyTorch in a NumPy lab: a graded function that computes with it (an
+# llm.c-style LayerNorm behind a NumPy adapter, a tensor made inside, the library's own norm)
+# fails its checks in the learner's notebook as it does under ``normlab grade``, in both modes;
+# importing PyTorch or naming it (``isinstance``) is no use and costs nothing anywhere.
+TORCH_STYLES = {
+    "adapter": (
+        "    t = torch.from_numpy(np.asarray(x, dtype=np.float64))\n"
+        "    mean = t.mean(-1, keepdim=True)\n"
+        "    var = ((t - mean) ** 2).mean(-1, keepdim=True)\n"
+        "    y = ((t - mean) / torch.sqrt(var + eps)).numpy()\n"
+        "    return (y * gamma + beta).astype(np.asarray(x).dtype)"
+    ),
+    "tensor_method": (
+        "    mean = x.mean(-1, keepdims=True)\n"
+        "    var = ((x - mean) ** 2).mean(-1, keepdims=True)\n"
+        "    y = (x - mean) / np.sqrt(var + eps) * gamma + beta\n"
+        "    return y + torch.zeros(()).double().numpy()"
+    ),
+    "library": (
+        "    t = torch.from_numpy\n"
+        "    return torch.nn.functional.layer_norm(\n"
+        "        t(x), x.shape[-1:], t(gamma), t(beta), eps).numpy()"
+    ),
+    "named_only": (
+        "    import torch\n"
+        "    assert not isinstance(x, torch.Tensor)\n"
+        "    mean = x.mean(-1, keepdims=True)\n"
+        "    var = ((x - mean) ** 2).mean(-1, keepdims=True)\n"
+        "    return (x - mean) / np.sqrt(var + eps) * gamma + beta"
+    ),
+}
+
+
+def _torch_reason(message: str) -> str:
+    if TORCH_HIDDEN in message:
+        return "hidden"
+    return "library" if "uses torch.nn.functional.layer_norm" in message else message
+
+
+@pytest.mark.parametrize("style", sorted(TORCH_STYLES))
+def test_check_and_the_grader_agree_on_torch_in_a_numpy_lab(tmp_path, style):
+    from corpus import _replace_function
+
+    from normlab.grader import notebook
+
+    source = f"{FORWARD_DEF}\n{TORCH_STYLES[style]}"
+    namespace: dict = {}
+    exec("import numpy as np\nimport torch\n" + source, namespace)
+    _, results = notebook.run(layernorm_forward=namespace["layernorm_forward"])
+    in_notebook = sum(r.points for r in results)
+    if style == "named_only":
+        assert in_notebook == sum(r.max_points for r in results)
+    else:
+        assert in_notebook == 0
+        assert style == "library" or all(TORCH_HIDDEN in r.message for r in results), results
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(
+        _replace_function(FORWARD_DEF, source, ["import numpy as np\nimport torch"]),
+        folder / "03_layernorm_torch.ipynb",
+    )
+    told = {r.name: (r.points, _torch_reason(r.message)) for r in results}
+    for mode in MODES:
+        graded = json.loads(grade_here(folder, mode).stdout)["submissions"][0]
+        forward = {c["name"]: (c["points"], _torch_reason(c["message"])) for c in graded["checks"]}
+        assert {name: forward[name] for name in told} == told, mode
+        assert graded["score"] == FULL - sum(r.max_points for r in results) + in_notebook
+
+
+@pytest.mark.parametrize("style", sorted(CONTROLS))
+def test_correct_styles_get_full_marks_in_the_notebook_too(style):
+    """The styles the grader gives full marks (a class, an ``autograd.Function`` with its
+    backward by hand, CS231n's functions) get them from ``check()`` as well."""
+    from normlab.grader import notebook
+
+    namespace: dict = {}
+    exec("import numpy as np\n" + CONTROLS[style], namespace)
+    functions = {name: namespace[name] for name in ("layernorm_forward", "layernorm_backward")}
+    _, results = notebook.run(**functions)
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
 
 
 # ----------------------------------------------------------------------------- the result cache
@@ -622,7 +705,7 @@ def test_a_late_child_of_a_replaced_fork_server_finds_nobody_listening():
     cells, _ = read_code_cells(SOLUTION)
     with ChildSubmission(cells, DEFAULT, isolation, LateServer()) as submission:
         results = core.run_checks(get_lab("03_layernorm"), submission)
-    assert sum(r.points for r in results) == FULL, [r.message for r in results if not r.passed]
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
 
 
 @pytest.mark.isolation

@@ -435,57 +435,69 @@ def test_eps_accepted_but_ignored_is_named(value, text):
 
 
 class LlmcLayerNorm:
-    """llm.c's reference LayerNorm (forward, and backward from a cache) in torch tensors.
+    """llm.c's reference LayerNorm (forward, and backward from a cache), in the style of its
+    PyTorch original but in NumPy arrays (a NumPy lab's graded code cannot use PyTorch).
 
-    ``dtype=torch.float32`` is llm.c's: everything in float32, whatever the input; None keeps
-    the input's dtype.
+    ``dtype=np.float32`` is llm.c's: everything in float32, whatever the input; None keeps
+    the input's dtype. ``xp="torch"`` is the original, in PyTorch tensors.
     """
 
-    def __init__(self, dtype=None):
+    def __init__(self, dtype=None, xp="numpy"):
         self.dtype = dtype
+        self.xp = xp
+
+    def _array(self, value, dtype):
+        if self.xp == "torch":
+            import torch
+
+            return torch.tensor(value, dtype=dtype)
+        return np.array(value, dtype=dtype)
 
     def forward(self, x, w, b, eps=1e-5):
-        import torch
+        if self.xp == "torch":
+            import torch
 
-        dtype = self.dtype or torch.from_numpy(np.asarray(x)).dtype
-        x, w, b = (torch.tensor(a, dtype=dtype) for a in (x, w, b))
-        mean = x.sum(-1, keepdim=True) / x.shape[-1]
+            dtype = self.dtype or torch.from_numpy(np.asarray(x)).dtype
+        else:
+            dtype = self.dtype or np.asarray(x).dtype
+        x, w, b = (self._array(a, dtype) for a in (x, w, b))
+        mean = x.sum(-1, keepdims=True) / x.shape[-1]
         xshift = x - mean
-        var = (xshift**2).sum(-1, keepdim=True) / x.shape[-1]
+        var = (xshift**2).sum(-1, keepdims=True) / x.shape[-1]
         rstd = (var + eps) ** -0.5
         norm = xshift * rstd
         return norm * w + b, (x, w, mean, rstd)
 
     def backward_pass(self, dout, cache):
-        import torch
-
         x, w, mean, rstd = cache
-        dout = torch.tensor(dout, dtype=x.dtype)
+        dout = self._array(dout, x.dtype)
         norm = (x - mean) * rstd
         lead = tuple(range(x.ndim - 1))
         db, dw = dout.sum(lead), (dout * norm).sum(lead)
         dnorm = dout * w
-        dx = dnorm - dnorm.mean(-1, keepdim=True) - (dnorm * norm).mean(-1, keepdim=True) * norm
+        dx = dnorm - dnorm.mean(-1, keepdims=True) - (dnorm * norm).mean(-1, keepdims=True) * norm
         return dx * rstd, dw, db
 
 
-def llmc_functions(dtype=None):
-    layer = LlmcLayerNorm(dtype)
+def _as_numpy(value):
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def llmc_functions(dtype=None, xp="numpy"):
+    layer = LlmcLayerNorm(dtype, xp)
 
     def layernorm_forward(x, gamma, beta, eps=1e-5):
-        return layer.forward(x, gamma, beta, eps)[0].numpy().astype(x.dtype)
+        return _as_numpy(layer.forward(x, gamma, beta, eps)[0]).astype(x.dtype)
 
     def layernorm_backward(dy, x, gamma, eps=1e-5):
         _, cache = layer.forward(x, gamma, np.zeros_like(gamma), eps)
-        return tuple(g.numpy().astype(np.float64) for g in layer.backward_pass(dy, cache))
+        return tuple(_as_numpy(g).astype(np.float64) for g in layer.backward_pass(dy, cache))
 
     return {"layernorm_forward": layernorm_forward, "layernorm_backward": layernorm_backward}
 
 
 def test_float32_inside_float64_outside_is_called_a_precision_problem():
-    import torch
-
-    results = run(**llmc_functions(torch.float32))
+    results = run(**llmc_functions(np.float32))
     failed = {r.name: r.message for r in results if not r.passed}
     precision = "Why: precision, not the formula. Every value returned is a float32 number"
     assert precision in failed["forward matches torch on random (N, d) inputs"]
@@ -498,6 +510,17 @@ def test_float32_inside_float64_outside_is_called_a_precision_problem():
 def test_llmc_style_class_in_the_input_dtype_gets_full_marks():
     results = run(**llmc_functions())
     assert [r.message for r in results if not r.passed] == []
+
+
+def test_llmc_in_pytorch_tensors_is_told_what_the_grader_will_say():
+    """A NumPy lab is graded where PyTorch cannot be used: check() says so, check by check,
+    instead of a tick that ``normlab grade`` would take back."""
+    results = run(**llmc_functions(xp="torch"))
+    assert results and all(not r.passed for r in results)
+    for result in results:
+        assert "raised TorchHiddenError: PyTorch is not available while this NumPy lab" in (
+            result.message
+        ), result.message
 
 
 def no_eps_backward(dy, x, gamma, eps=1e-5):

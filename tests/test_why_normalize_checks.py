@@ -102,7 +102,7 @@ def test_right_answers_get_full_marks():
     assert sum(r.points for r in results) == wn.LAB.max_score == 21
 
 
-def test_torch_tensors_in_float64_also_pass_the_forward_checks():
+def test_torch_tensors_fail_the_forward_checks_as_they_do_under_the_grader():
     import torch
 
     def torch_forward(x, weights, activation, normalize=False):
@@ -118,8 +118,9 @@ def test_torch_tensors_in_float64_also_pass_the_forward_checks():
             out.append(h.std(correction=0))
         return torch.stack(out).numpy()
 
-    results = run(mlp_forward_stats=torch_forward, standardize=standardize)
-    assert all(r.passed for r in results), messages(results)
+    results = run(mlp_forward_stats=torch_forward)
+    assert results and not any(r.passed for r in results), messages(results)
+    assert all("raised TorchHiddenError" in r.message for r in results), messages(results)
 
 
 # ----------------------------------------------------------------------------- standardize bugs

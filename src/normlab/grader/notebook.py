@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 import textwrap
+import threading
 import types
 import warnings
 
 from normlab.grader import core, i18n, report
+from normlab.grader.isolation import hidden
 from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
 from normlab.grader.trap import forbidden_calls, scan_source
@@ -60,12 +63,62 @@ def _quiet():
         yield
 
 
+def _hidden_module(name) -> bool:
+    return isinstance(name, str) and name.split(".")[0] in hidden.HIDDEN_MODULES
+
+
+@contextlib.contextmanager
+def _watch_torch(found: list[str]):
+    """Record (in ``found``) the first PyTorch function the code inside the block calls.
+
+    ``normlab grade`` runs a NumPy lab's graded functions where PyTorch cannot be used
+    (:mod:`normlab.grader.isolation.hidden`): a function that calls it there fails its checks.
+    Here, in the learner's kernel, PyTorch works; this watch lets ``check()`` say the same thing
+    at the time the learner can fix it. Importing PyTorch, or naming it
+    (``isinstance(x, torch.Tensor)``), is not a use, as under the grader.
+    """
+    importing: set = set()  # module bodies running (an import inside the function)
+
+    def profile(frame, event, arg):
+        if found:
+            return
+        if event == "call" and frame.f_code.co_name == "<module>":
+            importing.add(frame)
+        elif event == "return" and frame in importing:
+            importing.discard(frame)
+        elif importing:
+            return
+        elif event == "call":
+            module = frame.f_globals.get("__name__")
+            if _hidden_module(module):
+                found.append(f"{module}.{frame.f_code.co_name}")
+        elif event == "c_call":
+            module = getattr(arg, "__module__", None)
+            owner = getattr(arg, "__self__", None)
+            if _hidden_module(module):
+                found.append(f"{module}.{arg.__name__}")
+            elif owner is not None and _hidden_module(type(owner).__module__):
+                found.append(f"torch.Tensor.{arg.__name__}")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+        threading.setprofile(None)
+
+
 class InProcessSubmission(core.Submission):
     """The learner's own objects, called directly."""
 
-    def __init__(self, objects: dict, forbidden: dict[str, list[str]]):
+    def __init__(self, objects: dict, forbidden: dict[str, list[str]], torch: bool = True):
         self.objects = objects
         self.forbidden = forbidden
+        #: the lab's graded code may use PyTorch (``Lab.torch``); else its use fails, as it
+        #: does under ``normlab grade``
+        self.torch = torch
 
     def has(self, name):
         return name in self.objects
@@ -88,18 +141,26 @@ class InProcessSubmission(core.Submission):
                 return read_back[-1]
             return _copy(value)
 
+        torch_used: list[str] = []
+        watch = contextlib.nullcontext() if self.torch else _watch_torch(torch_used)
         try:
+            args = [copy(value) for value in args]
+            kwargs = {key: copy(value) for key, value in kwargs.items()}
             # The learner sees the report, not NumPy's RuntimeWarnings from our edge cases.
-            with forbidden_calls(self.forbidden.get(name, []), hits), _quiet():
-                result = self.objects[name](
-                    *map(copy, args), **{k: copy(v) for k, v in kwargs.items()}
-                )
+            with forbidden_calls(self.forbidden.get(name, []), hits), _quiet(), watch:
+                result = self.objects[name](*args, **kwargs)
         except NotImplementedError:
             raise core.NotImplementedYet(f"`{name}` is not implemented yet") from None
         except Exception as error:
             raise core.RaisedError(
                 f"`{name}` raised {type(error).__name__}: {error}", type(error).__name__
             ) from None
+        if torch_used and not hits:  # a library norm is the from-scratch rule's to report
+            raise core.RaisedError(
+                f"`{name}` raised {hidden.ERROR_TYPE}: "
+                + hidden.MESSAGE.format(name=torch_used[0]),
+                hidden.ERROR_TYPE,
+            )
         header, arrays = encode_result(result, read_back)
         header["forbidden_used"] = hits
         return core.Output.from_wire(header, arrays)
@@ -153,7 +214,7 @@ def run(*functions, lab: str | None = None, **named) -> tuple[core.Lab, list[cor
                 )
             )
         chosen = next(iter(candidates.values()))
-    submission = InProcessSubmission(objects, chosen.forbidden)
+    submission = InProcessSubmission(objects, chosen.forbidden, torch=chosen.torch)
     return chosen, core.run_checks(chosen, submission, names=list(objects))
 
 

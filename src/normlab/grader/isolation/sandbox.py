@@ -361,7 +361,10 @@ class ChildSubmission(core.Submission):
     ):
         self.cells = cells
         self.call_timeouts = dict(call_timeouts or {})
-        self.hide_torch = isolation.sandbox and not torch
+        # A NumPy lab's graded code meets stand-ins for PyTorch (``hidden``) in both modes, so
+        # that an honest notebook gets one grade whatever the mode; only the sandbox's empty
+        # folders make it a boundary (``hide_init``).
+        self.hide_torch = not torch
         self.limits = limits
         self.isolation = isolation
         self.fork_server = fork_server if not isolation.sandbox else None
@@ -381,7 +384,7 @@ class ChildSubmission(core.Submission):
         self.log_fd = files.anonymous_file(self.base)
         self.workdir = os.path.join(self.base, "work")
         self.hide_init = None
-        if self.hide_torch:  # the grader's own file, bound read-only into the sandbox
+        if self.hide_torch and isolation.sandbox:  # the grader's own file, bound read-only
             self.hide_init = os.path.join(self.base, "hidden_init.py")
             with open(self.hide_init, "x") as stream:
                 stream.write(HIDDEN_INIT)

@@ -164,7 +164,7 @@ def serve(request_fd: int, reply_fd: int, hide_torch: bool = False) -> None:
 
     # Start-up is the grader's time, not the submission's: import what notebooks import (as the
     # fork server has already done), then say so; the submission's budget starts now.
-    if hide_torch:  # a NumPy lab under the sandbox: PyTorch's folders are empty here
+    if hide_torch:  # a NumPy lab (under the sandbox PyTorch's folders are empty too)
         hidden.install()
     for library in PRELOAD:
         if hide_torch and library == "torch":
