@@ -25,7 +25,7 @@ help:
 	@echo "make test   - set up .venv (first time) and run the whole suite"
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
-	@echo "make grade  - grade your copies of the labs in $(WORK)/ (your progress)"
+	@echo "make grade  - your progress: a line per lab you started in $(WORK)/, graded"
 	@echo "make labs   - regenerate labs/ and es/labs/ from solutions/ and es/catalog/ (authors; never touches $(WORK)/)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
 	@echo "make site   - build the course website into _site/ (offline; open _site/index.html)"
@@ -74,7 +74,7 @@ labs: $(VENV)/.installed
 
 grade: $(VENV)/.installed
 	@$(VENV)/bin/normlab work --folder $(WORK) --quiet
-	$(VENV)/bin/normlab grade $(WORK)
+	$(VENV)/bin/normlab progress --folder $(WORK)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks

@@ -227,16 +227,17 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
         add_a_note(work / "es" / name, "Mis notas: epsilon va dentro de la raíz.")
     before = learner_files(work)
 
-    # make grade: grades the learner's copies; the filled labs earn full marks, the others none.
+    # make grade: the learner's progress, a line per lab started (the filled ones, full marks);
+    # the copies that hold only a note are named once as not started, in the learner's language.
     graded = make(course, "grade")
-    rows = re.findall(r"work/(\d\d_\w+)\.ipynb\s+\S+\s+(\d+)/(\d+)", graded)
-    assert sorted(f"{stem}.ipynb" for stem, _, _ in rows) == labs, graded
-    scores = {f"{stem}.ipynb": (got, total) for stem, got, total in rows}
-    assert all(got == total for name, (got, total) in scores.items() if name in filled), graded
-    assert all(got == "0" for name, (got, _) in scores.items() if name not in filled), graded
-    rows = re.findall(r"work/es/(\d\d_\w+)\.ipynb\s+\S+\s+(\d+)/(\d+)", graded)
-    assert sorted(f"{stem}.ipynb" for stem, _, _ in rows) == spanish, graded
-    assert all(got == "0" and int(total) > 0 for _, got, total in rows), graded
+    rows = re.findall(r"^  (\d\d_\w+)\s+(\d+)/(\d+)  every check passes$", graded, re.M)
+    assert sorted(f"{stem}.ipynb" for stem, _, _ in rows) == filled, graded
+    assert all(got == total and int(total) > 0 for _, got, total in rows), graded
+    untouched = re.search(r"^Not started yet \(work/\): (.+)$", graded, re.M).group(1)
+    assert sorted(f"{stem}.ipynb" for stem in untouched.split(", ")) == sorted(
+        set(labs) - set(filled)
+    ), graded
+    assert "work/es/" not in graded and len(graded.splitlines()) < 25, graded
     # The instructor's form of the command, on the learner's folder, writes elsewhere. One
     # shard of it: every notebook was just graded, and what it writes does not depend on which.
     normlab = VENV / "bin" / "normlab"

@@ -1,4 +1,4 @@
-"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``release``, ``merge``,
+"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``progress``, ``release``, ``merge``,
 ``export``, ``translations``."""
 
 from __future__ import annotations
@@ -222,6 +222,17 @@ def _work(args) -> int:
     return copy_missing_labs(Path(args.root), args.folder, quiet=args.quiet)
 
 
+def _progress(args) -> int:
+    from normlab.progress import progress
+
+    options = [
+        flag
+        for flag in ("--no-sandbox", "--allow-root")
+        if getattr(args, flag[2:].replace("-", "_"))
+    ]
+    return progress(Path(args.root), args.folder, options)
+
+
 def _release(args) -> int:
     from normlab.release import write_release
 
@@ -437,6 +448,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     work.add_argument("--quiet", action="store_true", help="print nothing")
     work.set_defaults(run=_work)
+
+    progress = commands.add_parser(
+        "progress",
+        help="your progress: one line per lab you started in work/ (and work/es/), graded",
+    )
+    progress.add_argument("--root", default=".", help="the course checkout (default: .)")
+    progress.add_argument(
+        "--folder", default="work", help="your folder, under the root (default: work)"
+    )
+    progress.add_argument(
+        "--no-sandbox", action="store_true", help="as `normlab grade --no-sandbox`"
+    )
+    progress.add_argument("--allow-root", action="store_true", help="as `normlab grade`")
+    progress.set_defaults(run=_progress)
 
     release = commands.add_parser(
         "release",
