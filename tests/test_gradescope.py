@@ -369,3 +369,57 @@ def test_a_grader_that_cannot_run_tells_the_student_and_shows_the_instructor_why
     assert "ValueError: the broken line" in stdout
     (log,) = results["tests"]
     assert log["visibility"] == "hidden" and "ValueError: the broken line" in log["output"]
+
+
+def _distributions(names) -> set[str]:
+    """``names`` and everything they require (no extras), as installed here."""
+    import importlib.metadata
+
+    seen, todo = set(), list(names)
+    while todo:
+        name = re.split(r"[ ;<>=!~\[(]", todo.pop())[0].lower().replace("_", "-")
+        if name in seen:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        seen.add(name)
+        todo += [r for r in dist.requires or [] if "extra ==" not in r]
+    return seen
+
+
+@pytest.mark.isolation
+def test_the_bundle_grades_with_only_what_setup_installs(bundle, tmp_path):
+    """A virtual environment holding only PyTorch, the bundle's requirements.txt (and what they
+    require) and the bundle's own copy of normlab, as setup.sh installs them: the solution
+    still gets every point (nothing of the developer environment is needed)."""
+    import importlib.metadata
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(
+        subprocess.run([python, "-c", purelib], capture_output=True, text=True).stdout.strip()
+    )
+    wanted = ["torch", *(bundle / "requirements.txt").read_text().split()]
+    for name in _distributions(wanted):
+        dist = importlib.metadata.distribution(name)
+        for file in dist.files or []:
+            real = Path(dist.locate_file(file)).resolve()
+            if file.parts[0] != ".." and real.is_file():
+                (site / file).parent.mkdir(parents=True, exist_ok=True)
+                os.link(real, site / file)  # a hard link: PyTorch's 700 MB are not copied
+    shutil.copytree(bundle / "normlab" / "src" / "normlab", site / "normlab")
+    assert subprocess.run([python, "-c", "import jupyterlab"], capture_output=True).returncode
+    root = tmp_path / "autograder"
+    shutil.copytree(bundle, root / "source")
+    (root / "submission").mkdir()
+    shutil.copy(SOLUTION, root / "submission" / "03_layernorm.ipynb")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "NORMLAB_PYTHON": str(python)}
+    done = subprocess.run(
+        ["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True
+    )
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == FULL + EXTRA_POINTS, done.stdout
