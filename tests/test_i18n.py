@@ -380,8 +380,8 @@ def test_every_report_surface_has_its_framework_text_in_spanish(default_language
     shown.append(report.to_table(results))
     graded = json.loads(report.to_json(results))
     shown += [
-        json.dumps(gradescope.results(graded, "03_layernorm", n), ensure_ascii=False)
-        for n in (1, 2)
+        json.dumps(gradescope.results(graded, "03_layernorm", uploads), ensure_ascii=False)
+        for uploads in (["a.ipynb"], ["a.ipynb", "b.ipynb"])
     ]
     assert i18n.untranslated == []
     text = "\n".join(shown)
@@ -393,7 +393,7 @@ def test_every_report_surface_has_its_framework_text_in_spanish(default_language
         "ERROR: no es un archivo normal",
         "total: 4/32 puntos en 2 cuadernos",
         "03_layernorm: 2 / 16 puntos.",
-        "Se entregaron 2 cuadernos",
+        "Subiste 2 cuadernos; se corrigió cada uno y cuenta el mejor: a.ipynb.",
         "práctica desconocida",
     ):
         assert spanish_text in text
@@ -415,12 +415,13 @@ def test_reports_by_default_are_todays_english(default_language):
     assert graded["submissions"][0]["lang"] == "en"
     from normlab.grader import gradescope
 
-    out = gradescope.results(graded, "03_layernorm", 2)
+    out = gradescope.results(graded, "03_layernorm", ["a.ipynb", "b.ipynb"])
     assert out["output"].startswith(
-        "03_layernorm: 2 / 16 points. 2 notebooks were submitted; the first (by name) was graded."
+        "03_layernorm: 2 / 16 points. You uploaded 2 notebooks; each was graded and the best "
+        "counts: a.ipynb."
     )
     assert out["tests"][0]["name"] == "forward matches torch on random (N, d) inputs"
-    assert gradescope.results(None, "03_layernorm", 0)["output"] == (
+    assert gradescope.results(None, "03_layernorm", [])["output"] == (
         "No notebook was submitted: upload your 03_layernorm.ipynb."
     )
 

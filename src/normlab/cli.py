@@ -180,14 +180,20 @@ def _export(args) -> int:
     from normlab.grader import lms, report
 
     if args.format == "gradescope":
-        from normlab.grader.gradescope import write_bundle
+        from normlab.grader.gradescope import BundleError, write_bundle
         from normlab.grader.registry import all_labs
 
         if args.lab not in all_labs():
             print(f"normlab export: --lab must be one of {', '.join(all_labs())}", file=sys.stderr)
             return 2
         extra = Path(args.extra_checks) if args.extra_checks else None
-        write_bundle(Path(args.out), args.lab, extra)
+        try:
+            write_bundle(
+                Path(args.out), args.lab, extra, args.extra_visibility, args.require_sandbox
+            )
+        except BundleError as error:
+            print(f"normlab export: {error}", file=sys.stderr)
+            return 2
         print(f"wrote the Gradescope autograder for {args.lab} to {args.out} (zip its contents)")
         return 0
     if not args.results:
@@ -428,6 +434,17 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--results", metavar="FILE.json", help="graded results (JSON)")
     export.add_argument("--lab", help="gradescope: the lab this assignment is (e.g. 03_layernorm)")
     export.add_argument("--extra-checks", metavar="FILE.py", help="gradescope: hidden checks")
+    export.add_argument(
+        "--extra-visibility",
+        choices=["visible", "after_due_date", "after_published", "hidden"],
+        default="after_due_date",
+        help="gradescope: when students see the hidden checks' results (default after_due_date)",
+    )
+    export.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="gradescope: grade only under bubblewrap (no grade where the container forbids it)",
+    )
     export.set_defaults(run=_export)
 
     labs = commands.add_parser("labs", help="generate labs/ from solutions/ (or --check staleness)")
