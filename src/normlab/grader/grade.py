@@ -266,7 +266,7 @@ def grade_bytes(
             if errors:
                 error = attribution.learner_cells_message(errors, cells, lab, results)
     score = sum(r.points for r in results)
-    return SubmissionResult(
+    result = SubmissionResult(
         shown,
         lab.stem,
         score,
@@ -278,6 +278,7 @@ def grade_bytes(
         isolation.description,
         metadata.get("normlab", {}).get("lang"),
     )
+    return dataclasses.replace(result, cacheable=not submission.killed_from_outside)
 
 
 def grade_notebook(
@@ -416,7 +417,7 @@ def grade_all(
             if cached is not None:
                 return cached, True, None
             result = guarded(raw, entry.path, settings, isolation, entry.student, server, reaper)
-            return result, False, digest
+            return result, False, digest if result.cacheable else None
 
         try:
             return _run_pool(entries, results, work, jobs, cache, on_result)
