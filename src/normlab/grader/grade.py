@@ -187,10 +187,35 @@ class Settings:
     sandbox: bool | None = None
     allow_root: bool = False
     fork: bool = True  # start submissions from a fork server (not under bubblewrap)
+    #: (name, value) of other ``Limits`` fields (``--limit NAME=VALUE``)
+    overrides: tuple = ()
 
     @property
     def limits(self) -> Limits:
-        return dataclasses.replace(DEFAULT, timeout=self.timeout, memory_mb=self.memory_mb)
+        return dataclasses.replace(
+            DEFAULT, **dict(self.overrides), timeout=self.timeout, memory_mb=self.memory_mb
+        )
+
+
+def parse_limit_overrides(texts: list[str]) -> tuple:
+    """``["max_files=2000", ...]`` -> ``(("max_files", 2000), ...)``, each a field of ``Limits``
+    (not ``timeout`` or ``memory_mb``: they have options of their own), positive, of the
+    field's type; UsageError otherwise."""
+    fields = {f.name: type(getattr(DEFAULT, f.name)) for f in dataclasses.fields(Limits)}
+    overrides = {}
+    for text in texts:
+        name, _, value = text.partition("=")
+        name = name.strip()
+        if name not in fields or name in ("timeout", "memory_mb"):
+            raise UsageError(f"--limit {text}: no such limit (see docs/grading.md)")
+        try:
+            number = fields[name](value)
+        except ValueError:
+            raise UsageError(f"--limit {text}: not a {fields[name].__name__}") from None
+        if not number > 0:
+            raise UsageError(f"--limit {text}: must be positive")
+        overrides[name] = number
+    return tuple(sorted(overrides.items()))
 
 
 def _failed(shown, lab, student, error, isolation="", findings=()) -> SubmissionResult:

@@ -608,8 +608,9 @@ class ChildSubmission(core.Submission):
                 )
             self.killed_from_outside = True
             return (
-                "the notebook's process was killed by SIGKILL from outside (not by the grader "
-                "or a limit of the submission); this result is not cached"
+                "the notebook's process was killed by SIGKILL, sent by neither the grader nor a "
+                "limit of the submission (by the notebook itself, or from outside); this result "
+                "is not cached"
             )
         if code < 0:
             try:

@@ -141,6 +141,9 @@ def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> lis
                 }
             )
             continue
+        except (MemoryError, RecursionError, ValueError) as error:  # too large or deep to compile
+            errors.append({"cell": index, **describe_error(error)})
+            continue
         try:
             run_with_timeout(cell_timeout, exec, code, namespace)
         except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
