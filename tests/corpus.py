@@ -17,6 +17,8 @@ from pathlib import Path
 import nbformat
 from conftest import ROOT
 
+from normlab.grader.isolation import cgroup
+
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
 FULL, FORWARD = 16, 7
@@ -297,7 +299,7 @@ def build(folder: Path, targets: dict[str, Path]) -> dict[str, tuple]:
             FULL,
             "",
         ),
-        "huge_output": (_with_cells(after=["print('x' * 100_000_000)"]), FULL, "OSError"),
+        "huge_output": (_with_cells(after=["print('x' * 16_000_000)"]), FULL, "OSError"),
         "segfault": (_with_cells(after=["import ctypes\nctypes.string_at(0)"]), 0, "SIGSEGV"),
         # The cell's alarm is ignored: only the grader's own deadline for the whole submission
         # ends it. It sleeps, so that the class's run does not spend that budget's CPU; the
@@ -411,13 +413,20 @@ def file_cases() -> dict[str, tuple[bytes | None, int, str]]:
     }
 
 
+# The corpus is graded with these limits (``normlab grade --limit``), so that each limit case
+# reaches its limit in a small fraction of its time budget, at any load: 2,000 files instead
+# of 65,536 (creating 65,536 files once took longer than a cell's 5 s on a loaded machine,
+# and "No space left on device" became "Timeout"), 32 MB instead of 256, 8 MB per file.
+TEST_LIMITS = {"tmp_mb": 32, "max_files": 2000, "max_file_bytes": 8 << 20}
+TEST_MEMORY_MB = 1024  # --memory: the cgroup's total is then 1024 + 32 MB
+LIMIT_OPTIONS = [f"--limit={name}={value}" for name, value in TEST_LIMITS.items()]
 NO_SPACE = "No space left on device"
 # Under the sandbox the number of files is bounded when the grader is root (the child mounts
 # its own /tmp); bubblewrap's tmpfs alone has a size only (docs/grading.md).
 SANDBOX_FILE_COUNT = NO_SPACE if os.geteuid() == 0 else ""
 FILL_EVERYWHERE = """
 import os
-written, chunk = 0, b'x' * (60 << 20)
+written, chunk = 0, b'x' * (6 << 20)
 places = ['.', '/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), os.path.dirname(os.getcwd())]
 for index, place in enumerate(places):
     for i in range(10):
@@ -427,7 +436,7 @@ for index, place in enumerate(places):
         except OSError:
             break
         written += len(chunk)
-assert written <= 256 << 20, f'wrote {written >> 20} MB'
+assert written <= 32 << 20, f'wrote {written >> 20} MB'
 raise OSError('the disk total held')
 """
 
@@ -435,6 +444,73 @@ raise OSError('the disk total held')
 def _encoded_exec(source: str) -> str:
     blob = base64.b64encode(source.encode()).decode()
     return f"import base64\nexec(base64.b64decode({blob!r}).decode())"
+
+
+# Kills, for 3 s, every process of its user outside its own session (its classmates, graded
+# at the same time, and their grader's helpers), ignoring its alarm.
+KILL_CLASSMATES = """
+import os, signal, time
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+me, session, killed = os.getuid(), os.getsid(0), 0
+end = time.monotonic() + 3
+while time.monotonic() < end:
+    for name in os.listdir('/proc'):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if os.stat(f'/proc/{name}').st_uid == me and os.getsid(int(name)) != session:
+                    os.kill(int(name), signal.SIGKILL)
+                    killed += 1
+            except OSError:
+                pass
+    time.sleep(0.05)
+raise OSError(f'killed {killed} processes')
+"""
+# Six forked children of 250 MB each, all alive at once (each says so through a pipe, no
+# timing): 1.5 GB, over the submission's total of --memory + tmp_mb (1056 MB here).
+MEMORY_ACROSS_PROCESSES = """
+import os
+ready_read, ready_write = os.pipe()
+hold_read, hold_write = os.pipe()
+children = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_read)
+        os.close(hold_write)
+        block = b'x' * (250 << 20)
+        os.write(ready_write, b'1')
+        os.close(ready_write)
+        os.read(hold_read, 1)
+        os._exit(0)
+    children.append(pid)
+os.close(ready_write)
+while os.read(ready_read, 16):
+    pass
+os.close(hold_write)
+statuses = [os.waitpid(pid, 0)[1] for pid in children]
+killed = sum(os.WIFSIGNALED(s) and os.WTERMSIG(s) == 9 for s in statuses)
+raise OSError(f'{killed} of 6 children killed' if killed else 'six children held 1.5 GB')
+"""
+MEMORY_TOTAL = cgroup.available() is not None
+# System V shared memory: two segments of 250 MB that nobody removes.
+SHM_KEYS = (0x4242000, 0x4242001)
+SYSV_SHM = f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+ids = [libc.shmget(key, 250 << 20, 0o1600) for key in {SHM_KEYS!r}]
+assert min(ids) >= 0, ctypes.get_errno()
+"""
+# One cell of 1.4 MB: ``a;`` x 700,000 (1.2 GB and 51 s of the grader's, under a lock every
+# submission shares, when it was parsed whole).
+PARSE_BOMB = "a = 0\n" + "a;" * 700_000
+
+
+def _points_without_a_from_scratch_rule() -> int:
+    from normlab.grader.registry import get_lab
+
+    lab = get_lab("03_layernorm")
+    return sum(c.points for c in lab.checks if not any(lab.forbidden.get(n) for n in c.uses))
 
 
 def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -> dict:
@@ -543,40 +619,59 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
         # -- processes die with their submission; the fork server is not the student's to stop
         "double_fork_survivor": (_with_cells(after=[survivor]), FULL, ""),
         "stops_fork_server": (_with_cells(after=[find_server]), FULL, ""),
+        # -- one submission costs only itself: its own PID and IPC namespaces, one memory
+        # total, a bounded parse in the grader, a SIGKILL said as what it is
+        "kills_classmates": (_with_cells(after=[KILL_CLASSMATES]), FULL, "killed 0 processes"),
+        "memory_across_processes": (
+            _with_cells(after=[MEMORY_ACROSS_PROCESSES]),
+            FULL,
+            "of 6 children killed" if MEMORY_TOTAL else "six children held 1.5 GB",
+        ),
+        "sysv_shared_memory": (_with_cells(after=[SYSV_SHM]), FULL, ""),
+        # the grader does not parse it: a finding, and no check with a from-scratch rule earns
+        "parse_bomb": (
+            _with_cells(after=[PARSE_BOMB]),
+            _points_without_a_from_scratch_rule(),
+            "that the grader cannot analyse",
+            "a cell too large or deep",
+        ),
+        "kills_itself": (
+            _with_cells(after=["import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"]),
+            0,
+            "sent by neither the grader nor a limit",
+        ),
         # -- limits
         "fills_tmp": (
             _with_cells(
                 after=[
                     "chunk = b'x' * (1 << 20)\n"
-                    "for i in range(300):\n"
-                    "    with open(f'fill{i // 60}', 'ab') as stream:\n"
+                    "for i in range(40):\n"
+                    "    with open(f'fill{i // 6}', 'ab') as stream:\n"
                     "        stream.write(chunk)"
                 ]
             ),
             FULL,
-            # 5 files of 60 MB: each under the file-size limit, together over the 256 MB that
-            # a submission may write in all (the sandbox's /tmp, or the private folder)
+            # 7 files of 6 MB: each under the file-size limit (8 MB), together over the 32 MB
+            # that a submission may write in all (the sandbox's /tmp, or the private folder)
             NO_SPACE,
         ),
-        "many_60mb_files": (
+        "many_6mb_files": (
             _with_cells(
-                after=["for i in range(40):\n    open(f'f{i}', 'wb').write(b'x' * (60 << 20))"]
+                after=["for i in range(40):\n    open(f'f{i}', 'wb').write(b'x' * (6 << 20))"]
             ),
             FULL,
             NO_SPACE,
         ),
-        # 200,000 small files: the count of files is bounded (Limits.max_files), not only
-        # their size (a kernel may keep small files in no page of the tmpfs at all).
+        # 20,000 small files: the count of files is bounded (Limits.max_files, 2,000 here), not
+        # only their size (a kernel may keep small files in no page of the tmpfs at all).
         "many_small_files": (
-            _with_cells(
-                after=["for i in range(200_000):\n    open(f's{i}', 'w').write('x' * 100)"]
-            ),
+            _with_cells(after=["for i in range(20_000):\n    open(f's{i}', 'w').write('x' * 100)"]),
             FULL,
             _by_mode(NO_SPACE, SANDBOX_FILE_COUNT),
         ),
         # Empty files take no space but kernel memory: their number is bounded too.
         "many_empty_files": (
-            _with_cells(after=["for i in range(100_000):\n    open(f'e{i}', 'w').close()"]),
+            _with_cells(after=["for i in range(10_000):\n    open(f'e{i}', 'w').close()"]),
             FULL,
             _by_mode(NO_SPACE, SANDBOX_FILE_COUNT),
         ),
@@ -588,7 +683,7 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
             "the disk total held",
         ),
         "writes_a_huge_file": (
-            _with_cells(after=["open('big', 'wb').write(b'x' * (100 << 20))"]),
+            _with_cells(after=["open('big', 'wb').write(b'x' * (16 << 20))"]),
             FULL,
             "OSError",
         ),

@@ -21,7 +21,19 @@ import nbformat
 import numpy as np
 import pytest
 from conftest import ROOT
-from corpus import CONTROLS, FORWARD_DEF, FULL, LAB, SOLUTION, SURVIVOR_MARK, TORCH_HIDDEN, build
+from corpus import (
+    CONTROLS,
+    FORWARD_DEF,
+    FULL,
+    LAB,
+    LIMIT_OPTIONS,
+    SHM_KEYS,
+    SOLUTION,
+    SURVIVOR_MARK,
+    TEST_MEMORY_MB,
+    TORCH_HIDDEN,
+    build,
+)
 
 from normlab.grader.isolation.sandbox import bwrap_available
 
@@ -100,7 +112,8 @@ def corpus_run(tmp_path_factory, request):
     scratch.mkdir()
     environment = dict(os.environ, TMPDIR=str(scratch))
     command = grade_command(folder, request.param, "--jobs", "2", "--timeout", "20")
-    command += ["--csv", str(targets["gradebook"])]
+    command += ["--csv", str(targets["gradebook"]), "--memory", str(TEST_MEMORY_MB)]
+    command += LIMIT_OPTIONS  # every limit reached long before its time budget
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     results = {Path(s["path"]).name: s for s in json.loads(done.stdout)["submissions"]}
@@ -183,6 +196,14 @@ def test_the_grader_never_follows_a_link_left_by_a_child(corpus_run):
 
 def test_no_process_survives_its_submission(corpus_run):
     assert survivors() == []
+
+
+def test_no_shared_memory_survives_its_submission(corpus_run):
+    """The corpus's ``sysv_shared_memory`` leaves two segments of 250 MB: they lived in the
+    submission's IPC namespace and went with it."""
+    with open("/proc/sysvipc/shm") as stream:
+        keys = {int(line.split()[0]) for line in list(stream)[1:] if line.split()}
+    assert not keys & set(SHM_KEYS), sorted(keys & set(SHM_KEYS))
 
 
 def test_every_temporary_folder_is_removed(corpus_run):

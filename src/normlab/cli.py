@@ -20,6 +20,7 @@ def _grade(args) -> int:
         find_submissions,
         grade_all,
         grader_fingerprint,
+        parse_limit_overrides,
     )
     from normlab.grader.isolation.sandbox import IsolationError, choose_isolation
     from normlab.grader.registry import load_extra_checks
@@ -43,6 +44,7 @@ def _grade(args) -> int:
             memory_mb=args.memory,
             sandbox=args.sandbox,
             allow_root=args.allow_root,
+            overrides=parse_limit_overrides(args.limit or []),
         )
         isolation = choose_isolation(settings.sandbox, settings.allow_root)
     except (UsageError, IsolationError) as error:
@@ -364,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
         help="results cache for resuming (default: next to --csv, or in --feedback)",
     )
     grade.add_argument("--force", action="store_true", help="regrade everything, ignore the cache")
+    grade.add_argument(
+        "--limit",
+        action="append",
+        metavar="NAME=VALUE",
+        help="set any limit of docs/grading.md's table (e.g. max_files=2000); repeatable",
+    )
     grade.add_argument(
         "--extra-checks", metavar="FILE.py", help="add the instructor's checks from this file"
     )

@@ -24,11 +24,14 @@ _SHOWN = 3
 _MESSAGE_CHARS = 400
 
 
-def called_names(source: str, candidates: set[str]) -> list[str]:
-    """The names in ``candidates`` that ``source`` calls or refers to, in order of appearance."""
-    try:
-        tree = trap.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+def called_names(source: str, candidates: set[str], cells: list[str] | None = None) -> list[str]:
+    """The names in ``candidates`` that ``source`` calls or refers to, in order of appearance.
+
+    ``cells``: the notebook's cells, of which ``source`` is one: its tree, already parsed, is
+    reused (``trap.parse_cells``)."""
+    cells = list(cells) if cells is not None else [source]
+    tree = trap.cell_tree(cells, cells.index(source))
+    if tree is None:
         return []
     found: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):
@@ -80,7 +83,7 @@ def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
             what = "failed its assertion" + (f": {message}" if message else "")
         else:
             what = f"raised {kind}" + (f": {message}" if message else "")
-        called = called_names(cells[index], names) if index is not None else []
+        called = called_names(cells[index], names, cells) if index is not None else []
         sentence = f"- {where[0].upper()}{where[1:]} {what}."
         if called:
             sentence += f" It calls your {_and(called)}."

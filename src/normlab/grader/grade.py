@@ -187,10 +187,35 @@ class Settings:
     sandbox: bool | None = None
     allow_root: bool = False
     fork: bool = True  # start submissions from a fork server (not under bubblewrap)
+    #: (name, value) of other ``Limits`` fields (``--limit NAME=VALUE``)
+    overrides: tuple = ()
 
     @property
     def limits(self) -> Limits:
-        return dataclasses.replace(DEFAULT, timeout=self.timeout, memory_mb=self.memory_mb)
+        return dataclasses.replace(
+            DEFAULT, **dict(self.overrides), timeout=self.timeout, memory_mb=self.memory_mb
+        )
+
+
+def parse_limit_overrides(texts: list[str]) -> tuple:
+    """``["max_files=2000", ...]`` -> ``(("max_files", 2000), ...)``, each a field of ``Limits``
+    (not ``timeout`` or ``memory_mb``: they have options of their own), positive, of the
+    field's type; UsageError otherwise."""
+    fields = {f.name: type(getattr(DEFAULT, f.name)) for f in dataclasses.fields(Limits)}
+    overrides = {}
+    for text in texts:
+        name, _, value = text.partition("=")
+        name = name.strip()
+        if name not in fields or name in ("timeout", "memory_mb"):
+            raise UsageError(f"--limit {text}: no such limit (see docs/grading.md)")
+        try:
+            number = fields[name](value)
+        except ValueError:
+            raise UsageError(f"--limit {text}: not a {fields[name].__name__}") from None
+        if not number > 0:
+            raise UsageError(f"--limit {text}: must be positive")
+        overrides[name] = number
+    return tuple(sorted(overrides.items()))
 
 
 def _failed(shown, lab, student, error, isolation="", findings=()) -> SubmissionResult:
@@ -266,7 +291,7 @@ def grade_bytes(
             if errors:
                 error = attribution.learner_cells_message(errors, cells, lab, results)
     score = sum(r.points for r in results)
-    return SubmissionResult(
+    result = SubmissionResult(
         shown,
         lab.stem,
         score,
@@ -278,6 +303,7 @@ def grade_bytes(
         isolation.description,
         metadata.get("normlab", {}).get("lang"),
     )
+    return dataclasses.replace(result, cacheable=not submission.killed_from_outside)
 
 
 def grade_notebook(
@@ -416,7 +442,7 @@ def grade_all(
             if cached is not None:
                 return cached, True, None
             result = guarded(raw, entry.path, settings, isolation, entry.student, server, reaper)
-            return result, False, digest
+            return result, False, digest if result.cacheable else None
 
         try:
             return _run_pool(entries, results, work, jobs, cache, on_result)

@@ -105,6 +105,9 @@ class SubmissionResult:
     #: the language of the learner's feedback (the notebook's ``metadata.normlab.lang``, or
     #: ``--lang``); None: the default. Messages are kept in English and translated when shown.
     lang: str | None = None
+    #: False when the result is not the submission's doing (its process was killed from
+    #: outside): never cached, regraded on the next run. Not part of the JSON.
+    cacheable: bool = dataclasses.field(default=True, compare=False)
 
     def as_dict(self) -> dict:
         return {

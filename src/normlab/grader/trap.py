@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
+import re
 import sys
 import threading
 from collections.abc import Iterable
+
+from normlab.grader.isolation.limits import DEFAULT
 
 
 def _last(name: str) -> str:
@@ -54,14 +58,81 @@ parse.unlocked = _ast_parse
 ast.parse = parse
 
 
-def _parse_all(sources: Iterable[str]) -> list[tuple[int, ast.Module]]:
-    trees = []
-    for index, source in enumerate(sources):
-        try:
-            trees.append((index, parse(source)))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+# What a cell's parse costs the grader grows with its number of tokens (an AST node or two
+# each): one cell of ``a;`` x 700,000 (1.4 MB) took 1.2 GB and 51 s. Tokens are counted first,
+# in C and in chunks, stopping at the bound; a cell past ``Limits.max_cell_tokens``, or past
+# ``Limits.max_code_tokens`` for the notebook, is never parsed.
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_CHUNK = 1 << 16
+UNANALYSABLE = "a cell too large or deep to analyse"
+
+
+def count_tokens(source: str, bound: int) -> int:
+    """Names, numbers and punctuation in ``source``, counted up to just past ``bound`` (a chunk
+    boundary may split a token: an overcount of at most one per 64 KiB)."""
+    count = 0
+    for start in range(0, len(source), _CHUNK):
+        count += _TOKEN.subn("", source[start : start + _CHUNK])[1]
+        if count > bound:
+            break
+    return count
+
+
+class Unanalysable:
+    """A cell the grader does not parse: past the token bounds, or nested too deeply."""
+
+    def __repr__(self) -> str:
+        return UNANALYSABLE
+
+
+UNPARSED = Unanalysable()
+
+
+@functools.lru_cache(maxsize=8)
+def parse_cells(
+    sources: tuple[str, ...],
+    max_cell_tokens: int = DEFAULT.max_cell_tokens,
+    max_code_tokens: int = DEFAULT.max_code_tokens,
+) -> tuple:
+    """Each cell's tree, parsed once per notebook (every analysis reuses it): an ``ast.Module``,
+    None for a syntax error (the notebook's process reports it), or ``UNPARSED``."""
+    trees: list = []
+    total = 0
+    for source in sources:
+        if not isinstance(source, str):
+            trees.append(None)
             continue
-    return trees
+        tokens = count_tokens(source, max_cell_tokens)
+        total += tokens
+        if tokens > max_cell_tokens or total > max_code_tokens:
+            trees.append(UNPARSED)
+            continue
+        try:
+            trees.append(parse(source))
+        except SyntaxError:
+            trees.append(None)
+        except (ValueError, RecursionError, MemoryError):
+            trees.append(UNPARSED)
+    return tuple(trees)
+
+
+def unanalysable_cells(sources: Iterable[str]) -> list[int]:
+    """Indices of the cells that the grader could not analyse."""
+    return [i for i, tree in enumerate(parse_cells(tuple(sources))) if tree is UNPARSED]
+
+
+def cell_tree(sources: Iterable[str], index: int) -> ast.Module | None:
+    """The tree of cell ``index`` (None when it has none)."""
+    tree = parse_cells(tuple(sources))[index]
+    return tree if isinstance(tree, ast.Module) else None
+
+
+def _parse_all(sources: Iterable[str]) -> list[tuple[int, ast.Module]]:
+    return [
+        (index, tree)
+        for index, tree in enumerate(parse_cells(tuple(sources)))
+        if isinstance(tree, ast.Module)
+    ]
 
 
 def _top_level_functions(trees) -> dict[str, ast.AST]:
@@ -172,6 +243,20 @@ def scan_source(sources: list[str], function_name: str, forbidden: list[str]) ->
     """
     if not forbidden:
         return []
+    # Code the grader cannot read may define or call anything: nothing is from scratch then.
+    unread = [
+        f"code that the grader cannot analyse (code cell {index + 1}: too large or too deep)"
+        for index in unanalysable_cells(sources)
+    ]
+    if unread:
+        return unread
+    try:
+        return _scan(sources, function_name, forbidden)
+    except RecursionError:
+        return ["code that the grader cannot analyse (too deeply nested)"]
+
+
+def _scan(sources: list[str], function_name: str, forbidden: list[str]) -> list[str]:
     suffixes = {_last(name) for name in forbidden}
     autograd = any(_last(name) in ("grad", "backward") for name in forbidden)
     trees = _parse_all(sources)
@@ -252,7 +337,6 @@ def notebook_findings(sources: list[str], forbidden_names: Iterable[str]) -> lis
     another name at module level or as a default argument. Static and made in the grader's
     process from the notebook's source: the submission cannot change what is found.
     """
-    suffixes = {_last(name) for name in forbidden_names}
     found: list[str] = []
 
     def add(kind: str, cell: int, node) -> None:
@@ -260,9 +344,17 @@ def notebook_findings(sources: list[str], forbidden_names: Iterable[str]) -> lis
         if text not in found and len(found) < MAX_FINDINGS:
             found.append(text)
 
-    for index, source in enumerate(sources):
-        if isinstance(source, str) and ast_unparsable(source):
-            add("a cell too large or deep to analyse", index, None)
+    for index in unanalysable_cells(sources):
+        add(UNANALYSABLE, index, None)
+    try:
+        _findings(sources, forbidden_names, add)
+    except RecursionError:
+        add(UNANALYSABLE, 0, None)
+    return found
+
+
+def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
+    suffixes = {_last(name) for name in forbidden_names}
     trees = _parse_all(sources)
     bindings = _Bindings(trees)
     for cell, tree in trees:
@@ -326,18 +418,6 @@ def notebook_findings(sources: list[str], forbidden_names: Iterable[str]) -> lis
                             cell,
                             node,
                         )
-    return found
-
-
-def ast_unparsable(source: str) -> bool:
-    """True when a cell cannot be analysed (nested too deeply for the parser)."""
-    try:
-        parse(source)
-    except (RecursionError, MemoryError, ValueError):
-        return True
-    except SyntaxError:
-        return False
-    return False
 
 
 def _resolve(dotted: str):

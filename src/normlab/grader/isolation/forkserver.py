@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from normlab.grader.isolation import processes
+from normlab.grader.isolation import cgroup, processes
 from normlab.grader.isolation.worker import SERVER_PRELOAD
 
 
@@ -73,6 +73,8 @@ def _serve(sock: socket.socket) -> None:
         pid = os.fork()
         if pid == 0:
             try:
+                if request.get("cgroup"):  # before anything: all it starts is in it
+                    cgroup.join_or_exit(request["cgroup"])
                 sock.close()
                 os.setsid()
                 request_fd, reply_fd, log_fd = fds
@@ -248,8 +250,16 @@ class ForkServer:
                 pass
             self.sock = None
 
-    def spawn(self, workdir: str, env: dict, fds: tuple[int, int, int], limits: dict):
+    def spawn(
+        self,
+        workdir: str,
+        env: dict,
+        fds: tuple[int, int, int],
+        limits: dict,
+        memory_group: str | None = None,
+    ):
         """A fresh child for one submission, or OSError (then the caller starts an interpreter).
+        ``memory_group``: the submission's cgroup, which the child joins before anything.
 
         A server that does not answer within ``wait`` seconds is replaced: the time is the
         grader's, not the submission's (its budget starts when it has a process).
@@ -259,6 +269,8 @@ class ForkServer:
                 self._discard()
                 self._start()
             request = {"workdir": workdir, "env": env, "limits": limits}
+            if memory_group:
+                request["cgroup"] = memory_group
             with self.changed:
                 self.replies.clear()
             try:

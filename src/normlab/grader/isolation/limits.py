@@ -43,6 +43,11 @@ class Limits:
     max_notebook_bytes: int = 16 * MiB
     #: nesting depth of a notebook's JSON
     max_json_depth: int = 100
+    #: tokens (names, numbers, punctuation) of one code cell that the grader parses to analyse
+    #: it; a larger cell still runs, but is not parsed: a finding, and no from-scratch points
+    max_cell_tokens: int = 25_000
+    #: tokens of all the code cells of one notebook that the grader parses (the same rule)
+    max_code_tokens: int = 100_000
     #: JSON header of one reply from the child
     max_header_bytes: int = 1 * MiB
     #: arrays in one reply

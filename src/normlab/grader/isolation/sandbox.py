@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from normlab.grader import core
-from normlab.grader.isolation import files, hidden, processes, wire, workspace
+from normlab.grader.isolation import cgroup, files, hidden, processes, wire, workspace
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 NOBODY = 65534
@@ -57,6 +57,12 @@ class Isolation:
     #: processes mode: each child gets a private size-limited folder, every other mount
     #: read-only (``workspace``); False where this machine cannot give it one
     private_folder: bool = False
+    #: processes mode: each child gets PID and IPC namespaces of its own (and its own /proc);
+    #: False where this machine cannot give them (the sandbox always has them)
+    namespaces: bool = False
+    #: both modes: each submission has one memory total for all its processes and files (a
+    #: cgroup of ``memory_mb + tmp_mb``); False where no cgroup can be made here (``cgroup``)
+    memory_group: bool = False
 
 
 @functools.cache
@@ -285,28 +291,42 @@ def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
     use_sandbox = available if sandbox is None else sandbox
     if use_sandbox:
         mode = "bubblewrap sandbox (PyTorch hidden from NumPy labs)"
-        private = False
+        private = namespaces = False
     else:
         private = workspace.available()
+        namespaces = private and workspace.namespaces_available()
         mode = "separate processes (no sandbox), " + (
             "a private folder with a total, the rest read-only"
             if private
             else "NO total on disk (no mount namespace here)"
         )
+        mode += (
+            ", own PID and IPC namespaces"
+            if namespaces
+            else ", NO PID or IPC namespace (a notebook can signal its user's processes)"
+        )
+    where = cgroup.available()
+    memory_group = where is not None
+    mode += (
+        f", one memory total per submission (cgroup v{where[1]})"
+        if memory_group
+        else ", memory bounded per process only (no cgroup here)"
+    )
+    kept = private, namespaces, memory_group
     if os.geteuid() != 0:
         return Isolation(
-            use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})", private
+            use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})", *kept
         )
     ids = unprivileged_ids(use_sandbox)
     if ids is not None:
-        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)", private)
+        return Isolation(use_sandbox, ids, f"{mode}, as uid {ids[0]} (nobody)", *kept)
     if not allow_root:
         raise IsolationError(
             "the grader runs as root and the user nobody cannot run this Python here"
             + ("" if use_sandbox else " outside a sandbox (bubblewrap's sandbox makes it possible)")
             + "; run as an unprivileged user, or pass --allow-root to run learner code as root"
         )
-    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)", private)
+    return Isolation(use_sandbox, None, f"{mode}, AS ROOT (--allow-root)", *kept)
 
 
 def child_environment(home: str) -> dict:
@@ -378,6 +398,12 @@ class ChildSubmission(core.Submission):
         self.dead_reason = ""
         self.timed_out: set[str] = set()  # functions that ran out of time: not called again
         self._scanned: dict = {}
+        #: its process died of a SIGKILL that neither the grader nor a limit of the submission
+        #: sent: the result is not the student's doing, and is not cached
+        self.killed_from_outside = False
+        self.memory_group = None
+        if isolation.memory_group:
+            self.memory_group = cgroup.Cgroup((limits.memory_mb + limits.tmp_mb) << 20)
         # The parent's private folder: the log (a file without a name) and, for the
         # processes mode, the child's working folder ``work`` inside it.
         self.base = tempfile.mkdtemp(prefix="normlab-grade-")
@@ -413,6 +439,7 @@ class ChildSubmission(core.Submission):
         private = {"bytes": self.limits.tmp_mb << 20, "files": self.limits.max_files}
         if self.isolation.private_folder and not self.isolation.sandbox:
             limits["private_folder"] = dict(private, path=self.workdir, namespace=True)
+            limits["pid_namespace"] = self.isolation.namespaces
         elif self.isolation.sandbox and os.geteuid() == 0:
             # bubblewrap's /tmp has a size but no bound on its number of files: as root, the
             # child mounts one with both over it, in the sandbox's namespace, before anything.
@@ -431,7 +458,11 @@ class ChildSubmission(core.Submission):
         if fork and self.fork_server is not None:
             try:
                 self.process = self.fork_server.spawn(
-                    self.workdir, environment, (request_read, reply_write, self.log_fd), limits
+                    self.workdir,
+                    environment,
+                    (request_read, reply_write, self.log_fd),
+                    limits,
+                    self.memory_group.path if self.memory_group else None,
                 )
                 return True
             except OSError:
@@ -452,6 +483,11 @@ class ChildSubmission(core.Submission):
                 cwd="/" if self.isolation.sandbox else self.workdir,
                 env=environment,
                 start_new_session=True,  # its own session: we kill everything in it
+                preexec_fn=(
+                    functools.partial(cgroup.join_or_exit, self.memory_group.path)
+                    if self.memory_group
+                    else None
+                ),
             )
             self.reaper.track(self.process.pid, session=self.process.pid)
         return True
@@ -514,6 +550,8 @@ class ChildSubmission(core.Submission):
                 process.end()  # forked: the fork server kills the session and its strays
             else:
                 processes.kill_session(process.pid)
+            if self.memory_group is not None:
+                self.memory_group.kill_all()  # whatever session or namespace they are in
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -529,6 +567,9 @@ class ChildSubmission(core.Submission):
 
     def cleanup(self) -> None:
         self.close()
+        if self.memory_group is not None:
+            self.memory_group.remove()
+            self.memory_group = None
         if self.log_fd >= 0:
             os.close(self.log_fd)
             self.log_fd = -1
@@ -557,6 +598,23 @@ class ChildSubmission(core.Submission):
             code = -(code - 128)  # bwrap reports its child's fatal signal N as exit code 128 + N
         if code == workspace.EXIT_NO_WORKSPACE:
             return "the notebook's process could not set up its private folder"
+        if code == cgroup.EXIT_NO_CGROUP:
+            return "the notebook's process could not join its memory group"
+        if code == -signal.SIGKILL:
+            # The grader kills a process only after it has stopped waiting for it: a SIGKILL
+            # seen here came from the submission's memory total, or from outside.
+            if self.memory_group is not None and self.memory_group.new_oom_kill():
+                total = self.limits.memory_mb + self.limits.tmp_mb
+                return (
+                    "the notebook's process was killed by SIGKILL (the submission's memory "
+                    f"limit: {total} MB for all its processes and files together)"
+                )
+            self.killed_from_outside = True
+            return (
+                "the notebook's process was killed by SIGKILL, sent by neither the grader nor a "
+                "limit of the submission (by the notebook itself, or from outside); this result "
+                "is not cached"
+            )
         if code < 0:
             try:
                 name = signal.Signals(-code).name

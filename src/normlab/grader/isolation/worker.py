@@ -33,9 +33,9 @@ PRELOAD = ("numpy", "torch")
 SERVER_PRELOAD = (*PRELOAD, "matplotlib.pyplot")
 
 
-def processes_of_this_user() -> int:
+def processes_of_this_user(uid: int | None = None) -> int:
     """Tasks (processes and their threads: what ``RLIMIT_NPROC`` counts) of this user."""
-    uid, count = os.getuid(), 0
+    uid, count = os.getuid() if uid is None else uid, 0
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
@@ -46,11 +46,14 @@ def processes_of_this_user() -> int:
     return count
 
 
-def apply_limits(limits: dict) -> None:
+def apply_limits(limits: dict, already: int | None = None) -> None:
     """Limit this process before any learner code runs: memory, CPU time, file size, core
-    dumps, and processes (on top of what this user already runs: the limit counts them all;
-    root too, which has no capability left to exceed it)."""
-    processes = limits["max_processes"] + processes_of_this_user()
+    dumps, and processes (on top of what this user already runs, ``already``, counted before
+    this process had a /proc of its own: the limit counts them all; root too, which has no
+    capability left to exceed it)."""
+    if already is None:
+        already = processes_of_this_user()
+    processes = limits["max_processes"] + already
     limits = [
         (resource.RLIMIT_AS, limits["memory_mb"] << 20),
         (resource.RLIMIT_CPU, limits["cpu_seconds"]),
@@ -138,6 +141,9 @@ def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> lis
                 }
             )
             continue
+        except (MemoryError, RecursionError, ValueError) as error:  # too large or deep to compile
+            errors.append({"cell": index, **describe_error(error)})
+            continue
         try:
             run_with_timeout(cell_timeout, exec, code, namespace)
         except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
@@ -215,28 +221,82 @@ def serve(request_fd: int, reply_fd: int, hide_torch: bool = False) -> None:
             )
 
 
-def run_under_nanny() -> None:
+def _end_like(status: int) -> None:
+    """Exit as a process whose wait status was ``status`` did (re-raising its signal)."""
+    if os.WIFSIGNALED(status):
+        signal_number = os.WTERMSIG(status)
+        try:  # SIGKILL and SIGSTOP have no handler to reset (and need none)
+            signal.signal(signal_number, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), signal_number)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _wait_for(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def _become_init(status_write: int) -> None:
+    """PID 1 of the submission's PID namespace: mount its /proc, fork the learner's process
+    (which returns from here), reap every orphan of the namespace, and when the learner's
+    process ends tell the nanny its status and exit: the kernel then kills every process left
+    in the namespace. Signals from inside the namespace cannot reach PID 1, and the learner's
+    process is never PID 1 (whose signals without a handler, such as ``SIGXCPU``, the kernel
+    would ignore)."""
+    try:
+        workspace.mount_proc()
+    except OSError as error:
+        print(f"normlab: no /proc of its own: {error}", file=sys.stderr, flush=True)
+        os._exit(workspace.EXIT_NO_WORKSPACE)
+    learner = os.fork()
+    if learner == 0:
+        os.close(status_write)
+        return
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+        if pid == learner:
+            os.write(status_write, status.to_bytes(4, "little", signed=True))
+            os._exit(0)
+
+
+def run_under_nanny(pid_namespace: bool = False) -> None:
     """Fork: the learner's code runs in the grandchild; this process only waits and reports.
 
     The grader is then not the learner code's parent, so ``os.kill(os.getppid(), 9)`` kills this
     nanny, never the grader. The nanny exits with the grandchild's status (re-raising its
     signal), so the grader still learns how the submission ended.
+
+    ``pid_namespace`` (this process has entered new PID and IPC namespaces): its child is the
+    namespace's init (``_become_init``) and the learner's code runs in the init's child; the
+    init reports that child's status through a pipe, and the nanny ends like it.
     """
     if os.environ.pop("NORMLAB_NO_NANNY", ""):
         return  # under bubblewrap our parent is the sandbox's init, which ignores such signals
+    if pid_namespace:
+        status_read, status_write = os.pipe()
     pid = os.fork()
     if pid == 0:
+        if pid_namespace:
+            os.close(status_read)
+            _become_init(status_write)
         return
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+    status = _wait_for(pid)
+    if pid_namespace:
+        os.close(status_write)
+        reported = os.read(status_read, 4)
+        if len(reported) == 4:  # else the init itself died (killed): end as it did
+            status = int.from_bytes(reported, "little", signed=True)
+    _end_like(status)
 
 
 def drop_privileges() -> None:
@@ -281,16 +341,26 @@ def enter_private_folder(folder: dict) -> None:
 def run_submission(request_fd: int, reply_fd: int, limits: dict) -> None:
     """Become the submission's process: its own folder, nanny, unprivileged user without
     capabilities, limits, then serve. Never returns."""
+    run_as = os.environ.get("NORMLAB_RUN_AS", "")
+    user = int(run_as.split(":")[0]) if run_as and os.getuid() == 0 else os.getuid()
+    already = processes_of_this_user(user)  # while /proc still shows every process
     if limits.get("private_folder"):
         enter_private_folder(limits["private_folder"])
-    run_under_nanny()
+    pid_namespace = bool(limits.get("pid_namespace"))
+    if pid_namespace:
+        try:
+            workspace.enter_pid_and_ipc_namespaces()
+        except OSError as error:
+            print(f"normlab: no PID namespace: {error}", file=sys.stderr, flush=True)
+            os._exit(workspace.EXIT_NO_WORKSPACE)
+    run_under_nanny(pid_namespace)
     drop_privileges()
     try:
         workspace.drop_capabilities()
     except OSError as error:
         print(f"normlab: capabilities not dropped: {error}", file=sys.stderr, flush=True)
         os._exit(workspace.EXIT_NO_WORKSPACE)
-    apply_limits(limits)
+    apply_limits(limits, already)
     signal.signal(signal.SIGALRM, _on_alarm)
     os.environ["NORMLAB_GRADING"] = "1"
     # The learner's notebook sees an ordinary interpreter: no grader modules on sys.path beyond

@@ -27,6 +27,8 @@ import sys
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
@@ -122,6 +124,21 @@ def _mount_folder(folder: str, size_bytes: int, max_files: int, owner: tuple[int
     os.chdir(folder)  # the cwd was the folder underneath
 
 
+def enter_pid_and_ipc_namespaces() -> None:
+    """The next child of this process is PID 1 of a new PID namespace, and this process and its
+    children share a new IPC namespace (System V shared memory, semaphores, message queues):
+    a submission sees, signals and shares memory with no process but its own, and its IPC
+    objects vanish with its last process. Called after ``make_private`` (the mount namespace,
+    and outside root a user namespace, that gives the right to do it)."""
+    _check(_libc().unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare pid, ipc")
+
+
+def mount_proc() -> None:
+    """In the new PID namespace (its first process): a ``/proc`` that shows only its
+    processes, mounted over the grader's in the submission's private mount namespace."""
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
 def drop_capabilities() -> None:
     """No capabilities, now or after ``exec``, and no new privileges (setuid programs): nothing
     the notebook runs can undo a mount, lift a hard limit or become another user."""
@@ -147,6 +164,43 @@ except OSError:
     sys.exit(0)
 sys.exit(1)
 """
+
+NAMESPACES_PROBE = """
+import os, sys
+from normlab.grader.isolation import workspace
+folder = sys.argv[1]
+workspace.make_private(folder, 1 << 20, 64, (os.getuid(), os.getgid()))
+workspace.enter_pid_and_ipc_namespaces()
+pid = os.fork()
+if pid == 0:
+    workspace.mount_proc()
+    seen = sorted(int(n) for n in os.listdir('/proc') if n.isdigit())
+    os._exit(0 if os.getpid() == 1 and seen == [1] else 1)
+_, status = os.waitpid(pid, 0)
+sys.exit(0 if status == 0 else 1)
+"""
+
+
+@functools.cache
+def namespaces_available() -> bool:
+    """True when a child can also have PID and IPC namespaces of its own, with its own /proc
+    (tried once, after the private folder that it needs)."""
+    import tempfile
+
+    if not available():
+        return False
+    with tempfile.TemporaryDirectory(prefix="normlab-probe-") as base:
+        folder = os.path.join(base, "work")
+        os.mkdir(folder)
+        try:
+            probe = subprocess.run(
+                [sys.executable, "-I", "-c", NAMESPACES_PROBE, folder],
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return probe.returncode == 0
 
 
 @functools.cache
