@@ -165,12 +165,13 @@ def code_block(value: object) -> list[str]:
 def json_text(dumped: str) -> str:
     """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with every unsafe character as a
     ``\\uXXXX`` escape: the same values once parsed, nothing a terminal acts on when printed.
-    Outside strings JSON holds only ASCII, so only strings change."""
+    ``json.dumps`` already escapes C0 controls in strings and writes only ASCII outside them,
+    so only strings change."""
     if dumped.isascii():
         return dumped
 
     def escape(char: str) -> str:
-        if not is_unsafe(char):
+        if not is_unsafe(char) or char == "\n":  # a raw newline is the indentation's
             return char
         code = ord(char)
         if code < 0x10000:
