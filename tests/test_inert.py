@@ -372,6 +372,14 @@ def test_merge_of_good_shards_writes_the_gradebook(tmp_path):
             {"checks": [{"name": "f", "points": 1, "max_points": 1, "passed": 1, "message": ""}]},
             "passed is not true or false",
         ),
+        (
+            {
+                "checks": [
+                    {"name": "f", "points": 1, "max_points": 2, "passed": True, "message": ""}
+                ]
+            },
+            "a check with 1/2 points has passed True",
+        ),
         ({"student": "a"}, "the id 'a' has a second submission of 03_layernorm"),
         ({"path": GOOD["a"]["path"]}, "is given twice"),
     ],

@@ -202,6 +202,8 @@ def _check_from_dict(data: object) -> CheckResult:
         raise ValueError(f"a check's points {points} are not between 0 and {most}")
     if not isinstance(data["passed"], bool):
         raise ValueError("a check's passed is not true or false")
+    if points != (most if data["passed"] else 0):  # a check earns all its points or none
+        raise ValueError(f"a check with {points}/{most} points has passed {data['passed']}")
     return CheckResult(
         _field(data, "name", str), points, most, data["passed"], _field(data, "message", str)
     )
