@@ -372,6 +372,20 @@ def build(folder: Path, targets: dict[str, Path]) -> dict[str, tuple]:
             FULL,
             "",
         ),
+        # What it prints and raises reaches the instructor as escapes (test_adversarial's
+        # test_the_gradebook_is_inert): a clipboard write (OSC 52), a screen clear, a window
+        # title, a bidi override, HTML and a fence-closing run of backticks.
+        "terminal_escapes": (
+            _with_cells(
+                after=[
+                    "print('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x1b]0;graded 16/16\\x07')\n"
+                    "raise ValueError('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J \\u202eecilA "
+                    "<script>x</script> ```')"
+                ]
+            ),
+            FULL,
+            "ValueError",
+        ),
     }
     notebooks.update(hostile_cases(sentinel, secret, linked, solution_path))
     expected = {}

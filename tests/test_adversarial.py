@@ -9,12 +9,14 @@ says so case by case.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import nbformat
@@ -184,6 +186,18 @@ def test_gradebook_holds_the_real_scores(corpus_run):
         result = results[Path(row["path"]).name]
         assert int(row["score"]) == result["score"]
         assert row["findings"] == "; ".join(result["findings"])
+
+
+def test_the_gradebook_is_inert(corpus_run):
+    """No cell of the gradebook is a formula or holds a terminal control; the escapes that the
+    terminal_escapes case raised are shown as text."""
+    _, _, targets, _, _, _ = corpus_run
+    text = targets["gradebook"].read_text(encoding="utf-8")
+    controls = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+    assert [c for c in text if c != "\n" and unicodedata.category(c) in controls] == []
+    cells = [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+    assert [c for c in cells if c[:1] in tuple("=+-@\t\r")] == []
+    assert "\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J \\u202eecilA" in text
 
 
 def test_the_grader_never_follows_a_link_left_by_a_child(corpus_run):

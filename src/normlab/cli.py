@@ -48,7 +48,9 @@ def _grade(args) -> int:
         )
         isolation = choose_isolation(settings.sandbox, settings.allow_root)
     except (UsageError, IsolationError) as error:
-        print(f"normlab grade: {error}", file=sys.stderr)
+        from normlab.grader import inert
+
+        print(f"normlab grade: {inert.text(error)}", file=sys.stderr)
         return 2
     # Every run says how it isolated the submissions (and each result records it).
     print(f"normlab grade: isolation: {isolation.description}", file=sys.stderr)
@@ -130,31 +132,54 @@ def _shard(text: str) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
+def _count(shard: dict, key: str, path: str) -> int:
+    value = shard.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{path}: shard {key} is not a whole number")
+    return value
+
+
 def _merge(args) -> int:
+    """Every field of every shard is checked, and the shards against each other, before
+    anything is written: a refused merge leaves no gradebook, feedback or output behind."""
     import json
 
-    from normlab.grader import report
-    from normlab.grader.report import SubmissionResult
+    from normlab.grader import inert, report
 
-    slots: dict[int, dict] = {}
+    slots: dict[int, object] = {}
     counts, totals, seen = set(), set(), set()
     try:
         for path in args.shards:
+            shown = inert.text(path, lines=False)
             payload = json.loads(Path(path).read_text(encoding="utf-8"))
-            shard = payload["shard"]
-            counts.add(shard["count"])
-            totals.add(shard["total"])
-            if shard["index"] in seen:
-                raise ValueError(f"shard {shard['index']}/{shard['count']} given twice")
-            seen.add(shard["index"])
-            if len(shard["positions"]) != len(payload["submissions"]):
-                raise ValueError(f"{path}: positions and submissions differ in number")
-            for position, submission in zip(
-                shard["positions"], payload["submissions"], strict=True
-            ):
-                slots[int(position)] = submission
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        print(f"normlab merge: {error}", file=sys.stderr)
+            shard = payload.get("shard") if isinstance(payload, dict) else None
+            submissions = payload.get("submissions") if isinstance(payload, dict) else None
+            if not isinstance(shard, dict) or not isinstance(submissions, list):
+                raise ValueError(f"{shown}: not the JSON of `normlab grade --shard I/N --json`")
+            index, count = _count(shard, "index", shown), _count(shard, "count", shown)
+            total, positions = _count(shard, "total", shown), shard.get("positions")
+            if not 1 <= index <= count:
+                raise ValueError(f"{shown}: shard {index}/{count} is not one of {count}")
+            counts.add(count)
+            totals.add(total)
+            if index in seen:
+                raise ValueError(f"shard {index}/{count} given twice")
+            seen.add(index)
+            if not isinstance(positions, list) or len(positions) != len(submissions):
+                raise ValueError(f"{shown}: positions and submissions differ in number")
+            for position, submission in zip(positions, submissions, strict=True):
+                if (
+                    not isinstance(position, int)
+                    or isinstance(position, bool)
+                    or not 0 <= position < total
+                    or position % count != index - 1
+                ):
+                    raise ValueError(f"{shown}: position {position!r} is not one of this shard's")
+                if position in slots:
+                    raise ValueError(f"{shown}: position {position} is given twice")
+                slots[position] = submission
+    except (OSError, ValueError, RecursionError) as error:
+        print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
         return 2
     if len(counts) != 1 or len(totals) != 1:
         print("normlab merge: the shards come from different runs", file=sys.stderr)
@@ -164,22 +189,30 @@ def _merge(args) -> int:
     if missing or sorted(slots) != list(range(total)):
         print(f"normlab merge: missing shard(s) {missing} of {count}", file=sys.stderr)
         return 2
-    results = [SubmissionResult.from_dict(slots[i]) for i in range(total)]
-    if args.csv:
-        report.write_atomically(Path(args.csv), report.to_csv(results))
+    try:
+        results = report.results_from_json([slots[i] for i in range(total)])
+    except ValueError as error:
+        print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
+        return 2
+    # Everything is rendered before the first file is written.
+    gradebook = report.to_csv(results) if args.csv else None
+    shown = (
+        report.to_json(results, args.lang)
+        if args.json
+        else report.to_table(results, verbose=not args.quiet, lang=args.lang)
+    )
+    if gradebook is not None:
+        report.write_atomically(Path(args.csv), gradebook)
     if args.feedback:
         report.write_feedback(results, Path(args.feedback), args.lang)
-    if args.json:
-        print(report.to_json(results, args.lang))
-    else:
-        print(report.to_table(results, verbose=not args.quiet, lang=args.lang))
+    print(shown)
     return 0
 
 
 def _export(args) -> int:
     import json
 
-    from normlab.grader import lms, report
+    from normlab.grader import inert, lms, report
 
     if args.format == "gradescope":
         from normlab.grader.gradescope import BundleError, write_bundle
@@ -202,10 +235,19 @@ def _export(args) -> int:
         print("normlab export: give the graded results: --results grades.json", file=sys.stderr)
         return 2
     try:
-        submissions = json.loads(Path(args.results).read_text(encoding="utf-8"))["submissions"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        print(f"normlab export: cannot read {args.results}: {error}", file=sys.stderr)
+        payload = json.loads(Path(args.results).read_text(encoding="utf-8"))
+        if not isinstance(payload, dict):
+            raise ValueError("not the JSON of `normlab grade --json`")
+        # every field checked; a student may hand in a lab twice (the best score counts)
+        results = report.results_from_json(payload.get("submissions"), unique=False)
+    except (OSError, ValueError, RecursionError) as error:
+        print(
+            f"normlab export: cannot read {inert.text(args.results, lines=False)}: "
+            f"{inert.text(error)}",
+            file=sys.stderr,
+        )
         return 2
+    submissions = [result.as_dict() for result in results]
     out = Path(args.out)
     if args.format == "canvas":
         report.write_atomically(out, lms.canvas_csv(submissions))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normlab.grader import attribution, core, i18n, lms, trap
+from normlab.grader import attribution, core, i18n, inert, lms, trap
 from normlab.grader.isolation import files, hidden
 from normlab.grader.isolation.forkserver import ForkServer
 from normlab.grader.isolation.limits import DEFAULT, Limits
@@ -92,6 +92,8 @@ def find_submissions(paths: list[str]) -> list[Entry]:
             raise UsageError(f"no such file or folder: {raw}")
     if not found:
         raise UsageError(f"no notebooks (.ipynb) found in: {' '.join(paths)}")
+    # An id shows as itself: no control, bidi or invisible character acts (inert.identifier).
+    found = [dataclasses.replace(e, student=inert.identifier(e.student)) for e in found]
     return lms.unique(found, lambda p: getattr(lab_for_path(p), "stem", None))
 
 

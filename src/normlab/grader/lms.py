@@ -29,6 +29,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from normlab.grader import inert
+
 MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_[a-z]+_(?P<rest>.*)$")
 CANVAS = re.compile(r"^(?P<name>[a-z0-9]+)(?:_LATE)?_(?P<id>\d+)_(?P<submission>\d+)_(?P<rest>.+)$")
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$")
@@ -131,8 +133,9 @@ def unique(entries: list, lab_of: Callable[[Path], str | None]) -> list:
         if seen[key] > 1:
             renamed = f"{entry.student}#{seen[key]}"
             print(
-                f"normlab grade: {entry.path} would share the id {entry.student!r} with another "
-                f"submission of the same lab; graded as {renamed!r}",
+                f"normlab grade: {inert.text(entry.path, lines=False)} would share the id "
+                f"{inert.text(repr(entry.student))} with another submission of the same lab; "
+                f"graded as {inert.text(repr(renamed))}",
                 file=sys.stderr,
             )
             entry = dataclasses.replace(entry, student=renamed)
@@ -171,8 +174,10 @@ def _lab_max(submissions: list[dict]) -> dict[str, int]:
 
 
 def _write(rows: list[list]) -> str:
+    """CSV text; every text cell through ``inert.csv_cell`` (ids, names: no formula, no
+    control character), numbers as they are."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    csv.writer(buffer, lineterminator="\n").writerows(inert.csv_row(row) for row in rows)
     return buffer.getvalue()
 
 

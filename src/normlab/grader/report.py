@@ -13,7 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from normlab.grader import i18n
+from normlab.grader import i18n, inert
 from normlab.grader.attribution import is_learner_code
 from normlab.grader.core import CheckResult
 
@@ -25,6 +25,11 @@ def language(result: SubmissionResult | None = None, lang: str | None = None) ->
     (``metadata.normlab.lang``), else ``set_language``/``NORMLAB_LANG``, else English."""
     chosen = i18n.normalise(lang) or (i18n.normalise(result.lang) if result else None)
     return chosen or i18n.current_language()
+
+
+def _html(value: str) -> str:
+    """Text for HTML: unsafe characters as visible escapes (``inert.text``), then escaped."""
+    return html.escape(inert.text(value))
 
 
 class CheckReport:
@@ -73,11 +78,11 @@ class CheckReport:
             message = ""
             if result.message:
                 text = i18n.translate(result.message, self.lang)
-                body = html.escape(text).replace("\n", "<br>")
+                body = _html(text).replace("\n", "<br>")
                 message = f'<div style="margin:2px 0 6px 1.6em;color:#444">{body}</div>'
             rows.append(
                 f'<div><span style="color:{tint};font-weight:bold">{mark}</span> '
-                f'{html.escape(i18n.translate(result.name, self.lang))} <span style="color:#666">'
+                f'{_html(i18n.translate(result.name, self.lang))} <span style="color:#666">'
                 f"[{result.points}/{result.max_points}]</span>{message}</div>"
             )
         return (
@@ -125,22 +130,111 @@ class SubmissionResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> SubmissionResult:
-        checks = [CheckResult(**check) for check in data["checks"]]
+        """A result read back from JSON (the cache, ``normlab merge``, ``normlab export``): every
+        field is checked by type and bound (ValueError says which), since the file is data."""
+        if not isinstance(data, dict):
+            raise ValueError("a submission is not a JSON object")
+        checks = data.get("checks")
+        if not isinstance(checks, list):
+            raise ValueError("checks is not a list")
+        results = [_check_from_dict(check) for check in checks]
+        path = _field(data, "path", str)
+        if not path:
+            raise ValueError("path is empty")
+        score, max_score = _field(data, "score", int), _field(data, "max_score", int)
+        if not 0 <= score <= max_score:
+            raise ValueError(f"score {score} is not between 0 and max_score {max_score}")
+        if results and (
+            score != sum(c.points for c in results)
+            or max_score != sum(c.max_points for c in results)
+        ):
+            raise ValueError(
+                f"score {score}/{max_score} is not the sum of its checks' points "
+                f"{sum(c.points for c in results)}/{sum(c.max_points for c in results)}"
+            )
+        if not results and score:
+            raise ValueError(f"score {score} without a check")
+        lab = _field(data, "lab", str, optional=True)
+        if lab is not None and not _LAB_STEM.fullmatch(lab):
+            raise ValueError(f"lab {inert.text(repr(lab))} is not a lab's stem")
         findings = data.get("findings", [])
         if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
-            raise TypeError("findings is not a list of text")
+            raise ValueError("findings is not a list of text")
+        lang = data.get("lang")
+        if lang is not None and i18n.normalise(lang) is None:
+            raise ValueError(f"lang {inert.text(repr(lang))} is not a language of the course")
         return cls(
-            data["path"],
-            data["lab"],
-            data["score"],
-            data["max_score"],
-            data["error"],
-            checks,
-            data.get("student"),
+            path,
+            lab,
+            score,
+            max_score,
+            _field(data, "error", str, optional=True),
+            results,
+            _field(data, "student", str, optional=True),
             findings,
-            data.get("isolation"),
-            i18n.normalise(data.get("lang")),
+            _field(data, "isolation", str, optional=True),
+            i18n.normalise(lang),
         )
+
+
+_LAB_STEM = re.compile(r"\d\d_[a-z0-9_]+")
+
+
+def _field(data: dict, key: str, kind: type, optional: bool = False):
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    # bool is an int to Python, never to a gradebook
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        wanted = {int: "an integer", str: "text"}[kind]
+        raise ValueError(f"{key} is not {wanted}" + (" or null" if optional else ""))
+    return value
+
+
+def _check_from_dict(data: object) -> CheckResult:
+    if not isinstance(data, dict) or set(data) != {
+        "name",
+        "points",
+        "max_points",
+        "passed",
+        "message",
+    }:
+        raise ValueError("a check is not {name, points, max_points, passed, message}")
+    points, most = _field(data, "points", int), _field(data, "max_points", int)
+    if not 0 <= points <= most:
+        raise ValueError(f"a check's points {points} are not between 0 and {most}")
+    if not isinstance(data["passed"], bool):
+        raise ValueError("a check's passed is not true or false")
+    if points != (most if data["passed"] else 0):  # a check earns all its points or none
+        raise ValueError(f"a check with {points}/{most} points has passed {data['passed']}")
+    return CheckResult(
+        _field(data, "name", str), points, most, data["passed"], _field(data, "message", str)
+    )
+
+
+def results_from_json(submissions: object, unique: bool = True) -> list[SubmissionResult]:
+    """``normlab grade --json``'s submissions, each checked (``from_dict``); ``unique``: no path
+    given twice, and no two submissions of one lab with one student id (as one run grades)."""
+    if not isinstance(submissions, list):
+        raise ValueError("submissions is not a list")
+    results, paths, ids = [], set(), set()
+    for number, data in enumerate(submissions, 1):
+        try:
+            result = SubmissionResult.from_dict(data)
+        except ValueError as error:
+            raise ValueError(f"submission {number}: {error}") from None
+        student = result.student if result.student is not None else Path(result.path).stem
+        if unique and result.path in paths:
+            raise ValueError(f"submission {number}: {inert.text(result.path)} is given twice")
+        if unique and (student, result.lab) in ids:
+            raise ValueError(
+                f"submission {number}: the id {inert.text(repr(student))} has a second "
+                f"submission of {result.lab or 'an unknown lab'}"
+            )
+        paths.add(result.path)
+        ids.add((student, result.lab))
+        results.append(result)
+    return results
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -166,7 +260,7 @@ def to_json(results: list[SubmissionResult], lang: str | None = None) -> str:
         data = result.as_dict()
         data["lang"] = language(result, lang)
         submissions.append(data)
-    return json.dumps({"submissions": submissions}, indent=2, ensure_ascii=False)
+    return inert.json_text(json.dumps({"submissions": submissions}, indent=2, ensure_ascii=False))
 
 
 def to_csv(results: list[SubmissionResult]) -> str:
@@ -185,9 +279,8 @@ def to_csv(results: list[SubmissionResult]) -> str:
                 columns.append(column)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(
-        ["student", "lab", "score", "max_score", "error", "path", *columns, "findings", "isolation"]
-    )
+    header = ["student", "lab", "score", "max_score", "error", "path", *columns]
+    writer.writerow(inert.csv_row([*header, "findings", "isolation"]))
     for result in sorted(results, key=lambda r: (r.student or "", r.lab or "", r.path)):
         points = {
             (f"{result.lab}: {c.name}" if len(labs) > 1 else c.name): c.points
@@ -195,23 +288,25 @@ def to_csv(results: list[SubmissionResult]) -> str:
         }
         error = " ".join((result.error or "").split())
         writer.writerow(
-            [
-                result.student or "",
-                result.lab or "",
-                result.score,
-                result.max_score,
-                error,
-                result.path,
-            ]
-            + [points.get(column, "") for column in columns]
-            + ["; ".join(result.findings), result.isolation or ""]
+            inert.csv_row(
+                [
+                    result.student or "",
+                    result.lab or "",
+                    result.score,
+                    result.max_score,
+                    error,
+                    result.path,
+                ]
+                + [points.get(column, "") for column in columns]
+                + ["; ".join(result.findings), result.isolation or ""]
+            )
         )
     return buffer.getvalue()
 
 
 def _title(result: SubmissionResult, lang: str) -> str:
     lab = result.lab or i18n.text("unknown lab", lang)
-    return f"{lab} — {result.student or Path(result.path).stem}"
+    return f"{lab} — {result.student or Path(result.path).stem}"  # shown through inert
 
 
 _FINDINGS = "For the instructor to review (from-scratch rule):"
@@ -223,33 +318,35 @@ def feedback_markdown(result: SubmissionResult, lang: str | None = None) -> str:
     score = i18n.text(
         "Score: {score} / {max_score}", lang, score=result.score, max_score=result.max_score
     )
-    lines = [f"# {_title(result, lang)}", "", f"**{score}**", ""]
+    # Every text that may hold what the student wrote goes through inert.markdown (one line) or
+    # inert.code_block: no HTML, link, image or autolink is made of it, no fence is closed.
+    lines = [f"# {inert.markdown(_title(result, lang))}", "", f"**{score}**", ""]
     if result.error:
         error = i18n.translate(result.error, lang)
-        lines += [f"**{error_heading(result.error, lang)}**", "", "```", error, "```", ""]
+        lines += [f"**{error_heading(result.error, lang)}**", "", *inert.code_block(error), ""]
     if result.findings:
         lines += [f"**{i18n.text(_FINDINGS, lang)}**", ""]
-        lines += [f"- {finding}" for finding in result.findings] + [""]
+        lines += [f"- {inert.markdown(finding)}" for finding in result.findings] + [""]
     for check in result.checks:
         mark = PASS if check.passed else FAIL
-        name = i18n.translate(check.name, lang)
+        name = inert.markdown(i18n.translate(check.name, lang))
         lines.append(f"- {mark} {name} — {check.points}/{check.max_points}")
-        for line in i18n.translate(check.message, lang).splitlines():
-            lines.append(f"  > {line}")
+        for line in inert.text(i18n.translate(check.message, lang)).splitlines():
+            lines.append(f"  > {inert.markdown(line)}")
     return "\n".join(lines) + "\n"
 
 
 def feedback_html(result: SubmissionResult, lang: str | None = None) -> str:
     lang = language(result, lang)
-    title = html.escape(_title(result, lang))
+    title = _html(_title(result, lang))
     body = CheckReport("Checks", result.checks, lang)._repr_html_()
     error = ""
     if result.error:
         heading = html.escape(error_heading(result.error, lang))
-        text = html.escape(i18n.translate(result.error, lang))
+        text = _html(i18n.translate(result.error, lang))
         error = f"<p><b>{heading}</b></p><pre>{text}</pre>"
     if result.findings:
-        items = "".join(f"<li>{html.escape(f)}</li>" for f in result.findings)
+        items = "".join(f"<li>{_html(f)}</li>" for f in result.findings)
         error += f"<p><b>{html.escape(i18n.text(_FINDINGS, lang))}</b></p><ul>{items}</ul>"
     score = i18n.text(
         "Score: {score} / {max_score}", lang, score=result.score, max_score=result.max_score
@@ -275,14 +372,23 @@ def error_label(error: str, lang: str = i18n.DEFAULT) -> str:
 def write_feedback(
     results: list[SubmissionResult], folder: Path, lang: str | None = None
 ) -> list[Path]:
-    """``folder/STUDENT/LAB.md`` and ``.html`` for each result (file stem added on a clash)."""
+    """``folder/STUDENT/LAB.md`` and ``.html`` for each result.
+
+    STUDENT is ``inert.folder_name`` of the id, so that no two ids share a folder (``alice``
+    and ``alice.``, ``Alice`` and ``alice`` on a case-insensitive disk); a second result of one
+    student and lab gets the notebook's stem after the lab, then a number.
+    """
     written, taken = [], set()
     for result in sorted(results, key=lambda r: r.path):
-        student = safe_name(result.student or Path(result.path).stem)
-        name = safe_name(result.lab or Path(result.path).stem)
-        if (student, name) in taken:
-            name = f"{name}-{safe_name(Path(result.path).stem)}"
-        taken.add((student, name))
+        stem = Path(result.path).stem
+        student = inert.folder_name(result.student or stem)
+        name = inert.folder_name(result.lab or stem)
+        if (student.casefold(), name.casefold()) in taken:
+            base = f"{result.lab or stem}-{stem}"
+            name, number = inert.folder_name(base), 2
+            while (student.casefold(), name.casefold()) in taken:
+                name, number = inert.folder_name(f"{base}-{number}"), number + 1
+        taken.add((student.casefold(), name.casefold()))
         pages = ((".md", feedback_markdown(result, lang)), (".html", feedback_html(result, lang)))
         for suffix, text in pages:
             target = Path(folder) / student / f"{name}{suffix}"
@@ -291,31 +397,28 @@ def write_feedback(
     return written
 
 
-def safe_name(text: str) -> str:
-    """A file-name-safe version of a student id or lab (no separators, no dot-files)."""
-    cleaned = re.sub(r"[^\w.\- ]+", "_", text).strip(" .") or "unnamed"
-    return cleaned[:100]
-
-
 def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | None = None) -> str:
-    """A readable summary: one line per submission, then its failed checks."""
+    """A readable summary: one line per submission, then its failed checks. What a submission
+    wrote (its path, errors, messages) is shown through ``inert.text``: no terminal control."""
     lines = []
-    width = max([len(r.path) for r in results] + [10])
+    width = max([len(inert.text(r.path, lines=False)) for r in results] + [10])
     for result in results:
         shown = language(result, lang)
-        error = i18n.translate(result.error, shown) if result.error else ""
+        error = inert.text(i18n.translate(result.error, shown)) if result.error else ""
         error_lines = error.splitlines()
         label = error_label(result.error, shown) if result.error else ""
+        path, lab = inert.text(result.path, lines=False), inert.text(result.lab or "?", lines=False)
         lines.append(
-            f"{result.path:<{width}}  {result.lab or '?':<18} {result.score:>3}/{result.max_score:<3}"
+            f"{path:<{width}}  {lab:<18} {result.score:>3}/{result.max_score:<3}"
             + (f"  {label}: {error_lines[0]}" if error_lines else "")
         )
         lines += [f"      {line}" for line in error_lines[1:]]
         if verbose:
             for check in result.checks:
                 if not check.passed:
-                    message = i18n.translate(check.message, shown).splitlines() or [""]
-                    lines.append(f"    {FAIL} {i18n.translate(check.name, shown)}: {message[0]}")
+                    message = inert.text(i18n.translate(check.message, shown)).splitlines() or [""]
+                    name = inert.text(i18n.translate(check.name, shown), lines=False)
+                    lines.append(f"    {FAIL} {name}: {message[0]}")
                     # The whole message: the "Why:" hints are on the lines after the first.
                     lines += [f"        {line}" for line in message[1:]]
     if len(results) > 1:
