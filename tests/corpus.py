@@ -636,11 +636,8 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
         # -- one submission costs only itself: its own PID and IPC namespaces, one memory
         # total, a bounded parse in the grader, a SIGKILL said as what it is
         "kills_classmates": (_with_cells(after=[KILL_CLASSMATES]), FULL, "killed 0 processes"),
-        "memory_across_processes": (
-            _with_cells(after=[MEMORY_ACROSS_PROCESSES]),
-            FULL,
-            "of 6 children killed" if MEMORY_TOTAL else "six children held 1.5 GB",
-        ),
+        # (six children that together pass the memory total: test_adversarial's
+        # test_memory_is_bounded_for_the_submission_as_a_whole, on a budget of its own)
         "sysv_shared_memory": (_with_cells(after=[SYSV_SHM]), FULL, ""),
         # the grader does not parse it: a finding, and no check with a from-scratch rule earns
         "parse_bomb": (

@@ -403,6 +403,26 @@ def test_correct_styles_get_full_marks_in_the_notebook_too(style):
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_memory_is_bounded_for_the_submission_as_a_whole(tmp_path, mode):
+    """Six forked children of 250 MB, each under the per-process bound: the submission's one
+    memory total (a cgroup of memory_mb + tmp_mb) kills one at least. Graded alone with a
+    60 s budget, so that a cell's 15 s are ten times what writing 1.5 GB takes on one idle
+    core: the limit is reached long before the cell's time, even on a loaded machine."""
+    from corpus import MEMORY_ACROSS_PROCESSES, MEMORY_TOTAL, _with_cells
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(
+        _with_cells(after=[MEMORY_ACROSS_PROCESSES]), folder / "03_layernorm_memory.ipynb"
+    )
+    extra = ["--timeout", "60", "--memory", str(TEST_MEMORY_MB), *LIMIT_OPTIONS]
+    graded = json.loads(grade_here(folder, mode, *extra).stdout)["submissions"][0]
+    assert graded["score"] == FULL, graded["error"]
+    said = "of 6 children killed" if MEMORY_TOTAL else "six children held 1.5 GB"
+    assert said in (graded["error"] or ""), graded["error"]
+
+
 # ----------------------------------------------------------------------------- the result cache
 
 
