@@ -752,7 +752,7 @@ def test_a_late_child_of_a_replaced_fork_server_finds_nobody_listening():
     from normlab.grader.registry import get_lab
 
     class LateServer:
-        def spawn(self, workdir, env, fds, limits):
+        def spawn(self, workdir, env, fds, limits, memory_group=None):
             wire.send(fds[1], {"ready": True})  # the child it forked after all, too late
             raise OSError("the fork server did not answer in time")
 
