@@ -229,7 +229,7 @@ def uses_torch(function) -> bool:
             value = current.__globals__.get(name)
             if value is not None and _from_torch(value):
                 return True
-            pending.append(value)
+            pending.append(getattr(value, "__wrapped__", value))  # through functools.cache
     return False
 
 
@@ -268,7 +268,7 @@ def distinct(functions: dict[str, object]) -> dict[str, object]:
     return kept
 
 
-def earning(edition: Path) -> tuple[list[str], int]:
+def earning(edition: Path) -> tuple[list[tuple[str, int]], int]:
     """Every (candidate, lab function) pair that earns a point, and how many pairs were tried."""
     candidates = distinct(edition_functions(edition))
     targets = lab_functions(edition)
@@ -283,7 +283,7 @@ def earning(edition: Path) -> tuple[list[str], int]:
             tried += 1
             points = points_earned(stem, name, candidate)
             if points:
-                earned.append(f"{label} as {stem}'s {name}: {points} points")
+                earned.append((f"{label} as {stem}'s {name}", points))
     return earned, tried
 
 
@@ -292,9 +292,24 @@ def test_the_package_modules_left_out_exist(edition):
     assert all((package / name).exists() for name in INFRASTRUCTURE)
 
 
+# Known and not yet fixed, each named so that a fix (or a new leak) changes this list:
+# - lab 07's check module states its counting model (the passes and FLOPs of each kernel) and
+#   the roofline formula in NumPy; its oracles are the answers of bytes_moved,
+#   arithmetic_intensity and roofline_time;
+# - lab 07 hands its learners, as the baseline its fused kernels are measured against, a
+#   NumPy LayerNorm that is lab 03's layernorm_forward (and earns 4 of layernorm_fused's 5).
+KNOWN = [
+    "<edition es/labs/07_cost.ipynb cell 9>: layernorm_naive as 03_layernorm's layernorm_forward",
+    "<edition es/labs/07_cost.ipynb cell 9>: layernorm_naive as 06_pre_post_ln's scratch_layernorm",
+    "<edition es/labs/07_cost.ipynb cell 9>: layernorm_naive as 07_cost's layernorm_fused",
+    "src/normlab/grader/checks/cost.py: oracle_bytes as 07_cost's bytes_moved",
+    "src/normlab/grader/checks/cost.py: oracle_intensity as 07_cost's arithmetic_intensity",
+    "src/normlab/grader/checks/cost.py: oracle_roofline as 07_cost's roofline_time",
+]
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the demos and check modules still hand over answers")
 def test_no_function_of_the_edition_earns_a_point(edition):
     earned, tried = earning(edition)
     assert tried > 1000  # the demos', the labs' and the package's functions were all tried
-    assert earned == []
+    assert [pair for pair, _ in earned] == KNOWN, earned
