@@ -1070,9 +1070,23 @@ GN1_PROBES = [
 
 
 def oracle_gn1_params(gamma, beta, height, width):
-    """LayerNorm weights of shape (C, H, W): each channel's value over its H x W positions."""
-    shape = (len(gamma), height, width)
-    return [np.broadcast_to(values[:, None, None], shape) for values in (gamma, beta)]
+    """LayerNorm weights of shape (C, H, W), read off the library's GroupNorm with one group.
+
+    Its output is x_hat * gamma_ln + beta_ln position by position: for an input of values +1
+    and -1 (x_hat is never 0), gamma_ln is the output without beta divided by the output with
+    unit weights, and beta_ln is the output for a constant input (x_hat = 0 everywhere).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    channels = len(gamma)
+    signs = (-1.0) ** np.arange(channels * height * width)
+    x = torch.from_numpy(signs.reshape(1, channels, height, width))
+    weight, bias = tensor64(gamma), tensor64(beta)
+    ones, zeros = torch.ones_like(weight), torch.zeros_like(bias)
+    gamma_ln = F.group_norm(x, 1, weight, zeros) / F.group_norm(x, 1, ones, zeros)
+    beta_ln = F.group_norm(torch.zeros_like(x), 1, weight, bias)
+    return [gamma_ln[0].numpy(), beta_ln[0].numpy()]
 
 
 GN1 = Graded(

@@ -21,6 +21,8 @@ gradients); the probes are known-wrong variants, each with the hint that explain
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from normlab.grader.cases import Args, Graded, tensor64
@@ -709,8 +711,20 @@ def problem_weight_grad_answer(sub):
     )
 
 
+@functools.cache
+def _gain(activation):
+    """E[phi(z)**2] / E[z**2] for z ~ N(0, 1), measured on samples z and -z: for ReLU one of
+    phi(z), phi(-z) is |z| and the other 0, for a linear layer both are, so the ratio is exact."""
+    import torch
+
+    z = torch.from_numpy(np.random.default_rng(0).standard_normal(1024))
+    kept = _torch_phi(activation, z) ** 2 + _torch_phi(activation, -z) ** 2
+    return float(kept.sum() / (2 * (z**2).sum()))
+
+
 def _double(activation):
-    return 2.0 if activation == "relu" else 1.0
+    """The factor by which the activation's gain must be made up in the weights' variance."""
+    return 1.0 / _gain(activation)
 
 
 INIT_PROBES = [
@@ -742,8 +756,10 @@ INIT_PROBES = [
 
 
 def oracle_init_std(fan_in, activation):
-    """He et al. 2015: std = sqrt(2 / fan_in) before a ReLU, sqrt(1 / fan_in) before a linear."""
-    return np.asarray(np.sqrt((2.0 if activation == "relu" else 1.0) / fan_in))
+    """He et al. 2015, §2.2: the std that keeps the scale of z through a layer of the activation,
+    from the activation's measured gain."""
+    # Var(z_next) = fan_in * std**2 * E[phi(z)**2]: the std that makes it Var(z).
+    return np.asarray(np.sqrt(1.0 / (fan_in * _gain(activation))))
 
 
 INIT_STD = Graded("init_std", oracle=oracle_init_std, probes=INIT_PROBES, tol=F64, prefix=False)
