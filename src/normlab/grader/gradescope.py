@@ -44,7 +44,7 @@ if [ "${#NOTEBOOKS[@]}" -ge 1 ]; then
 fi
 EXTRA=()
 if [ -f "$ROOT/source/extra_checks.py" ]; then EXTRA=(--extra-checks "$ROOT/source/extra_checks.py"); fi
-"$PYTHON" -m normlab.cli grade "$WORK" --json "${EXTRA[@]}" > "$WORK/graded.json" 2> "$WORK/stderr.txt"
+"$PYTHON" -m normlab.cli grade "$WORK" --lab "$LAB" --json "${EXTRA[@]}" > "$WORK/graded.json" 2> "$WORK/stderr.txt"
 "$PYTHON" -m normlab.grader.gradescope "$WORK/graded.json" "$LAB" "${#NOTEBOOKS[@]}" \\
   > "$ROOT/results/results.json"
 """

@@ -105,6 +105,11 @@ class SubmissionResult:
     #: the language of the learner's feedback (the notebook's ``metadata.normlab.lang``, or
     #: ``--lang``); None: the default. Messages are kept in English and translated when shown.
     lang: str | None = None
+    #: the student's display name, as the LMS's layout gives it (``identity.py``)
+    name: str | None = None
+    #: the paths of the other submissions of this lab that claim the same student id (empty:
+    #: none); the instructor decides which is the student's
+    id_conflict: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -118,6 +123,8 @@ class SubmissionResult:
             "findings": list(self.findings),
             "isolation": self.isolation,
             "lang": self.lang,
+            "name": self.name,
+            "id_conflict": list(self.id_conflict),
         }
 
     @classmethod
@@ -126,6 +133,11 @@ class SubmissionResult:
         findings = data.get("findings", [])
         if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
             raise TypeError("findings is not a list of text")
+        name, others = data.get("name"), data.get("id_conflict", [])
+        if name is not None and not isinstance(name, str):
+            raise TypeError("name is not text")
+        if not isinstance(others, list) or not all(isinstance(p, str) for p in others):
+            raise TypeError("id_conflict is not a list of text")
         return cls(
             data["path"],
             data["lab"],
@@ -137,6 +149,8 @@ class SubmissionResult:
             findings,
             data.get("isolation"),
             i18n.normalise(data.get("lang")),
+            name,
+            others,
         )
 
 
@@ -170,7 +184,8 @@ def to_csv(results: list[SubmissionResult]) -> str:
     """The gradebook: one row per submission, one column per check (points earned).
 
     Columns: student, lab, score, max_score, error, path, then the checks in course order, then
-    findings (indirection for the instructor to review, ``; ``-separated) and isolation. When
+    findings (indirection for the instructor to review, ``; ``-separated), isolation and
+    id_conflict (the other paths that claim this row's id for this lab, ``; ``-separated). When
     several labs are graded together, a check's column is prefixed with its lab.
     """
     labs = {r.lab for r in results if r.lab}
@@ -183,7 +198,10 @@ def to_csv(results: list[SubmissionResult]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(
-        ["student", "lab", "score", "max_score", "error", "path", *columns, "findings", "isolation"]
+        [
+            *["student", "lab", "score", "max_score", "error", "path", *columns],
+            *["findings", "isolation", "id_conflict"],
+        ]
     )
     for result in sorted(results, key=lambda r: (r.student or "", r.lab or "", r.path)):
         points = {
@@ -202,6 +220,7 @@ def to_csv(results: list[SubmissionResult]) -> str:
             ]
             + [points.get(column, "") for column in columns]
             + ["; ".join(result.findings), result.isolation or ""]
+            + ["; ".join(result.id_conflict)]
         )
     return buffer.getvalue()
 
@@ -294,6 +313,9 @@ def safe_name(text: str) -> str:
     return cleaned[:100]
 
 
+_CLAIMED = "the id {student} is also claimed for {lab} by:"
+
+
 def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | None = None) -> str:
     """A readable summary: one line per submission, then its failed checks."""
     lines = []
@@ -308,6 +330,9 @@ def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | 
             + (f"  {label}: {error_lines[0]}" if error_lines else "")
         )
         lines += [f"      {line}" for line in error_lines[1:]]
+        if result.id_conflict:
+            claimed = i18n.text(_CLAIMED, shown, student=result.student, lab=result.lab)
+            lines.append(f"      ! {claimed} {', '.join(result.id_conflict)}")
         if verbose:
             for check in result.checks:
                 if not check.passed:
