@@ -6,9 +6,9 @@ Who each submission is (its id, display name and lab) was decided once, when it 
 
 Each gradebook has one row per student (one column per lab). When several submissions of one
 lab claim one id (``id_conflict``), none is merged into another or dropped: the id gets one row
-per such submission, in path order, each with that submission's own score, and ``normlab
-export`` warns on stderr: the instructor deletes the rows that are not the student's before
-importing.
+per such submission, in path order, each with that submission's own score (and the labs the id
+handed in once on every row), and ``normlab export`` warns on stderr: the instructor deletes the
+rows that are not the student's before importing.
 """
 
 from __future__ import annotations
