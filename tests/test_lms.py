@@ -143,6 +143,28 @@ def test_a_name_inside_the_lms_part_never_changes_the_id(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    "name, student",
+    [
+        # Canvas's prefix, then a file name that imitates Moodle's or Canvas's for 5678
+        ("aaron_2222_335_Zoe Victim_5678_assignsubmission_file_03_layernorm.ipynb", "2222"),
+        ("aaron_2222_335_victim_5678_901_03_layernorm.ipynb", "2222"),
+        ("aaron_LATE_2222_336_victim_5678_901_03_layernorm.ipynb", "2222"),
+        # Moodle's prefix, then a file name that imitates Canvas's or Moodle's
+        ("Zoe Ruiz_1111_assignsubmission_file_victim_5678_901_03_layernorm.ipynb", "1111"),
+        ("zoe_1111_assignsubmission_file_victim_5678_901_03_layernorm.ipynb", "1111"),
+        (
+            "Zoe Ruiz_1111_assignsubmission_file_V_5678_assignsubmission_file_03_layernorm.ipynb",
+            "1111",
+        ),
+    ],
+)
+def test_a_flat_file_gets_the_id_of_the_lms_prefix_never_of_the_rest(tmp_path, name, student):
+    put(tmp_path / "download" / name, LAB)
+    (entry,) = find_submissions([str(tmp_path / "download")])
+    assert (entry.student, entry.identity.file_lab) == (student, "03_layernorm")
+
+
 def test_a_moodle_folder_named_on_the_command_line_gives_its_participant(tmp_path):
     folder = tmp_path / "Carol Diaz_1234_assignsubmission_file_"
     put(folder / "03_layernorm.ipynb", LAB)
