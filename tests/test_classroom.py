@@ -16,7 +16,8 @@ import pytest
 from conftest import run_cli_process
 from corpus import FULL, LAB, SOLUTION
 
-from normlab.grader.grade import find_submissions, student_of
+from normlab.grader.grade import find_submissions
+from normlab.grader.identity import identify
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def test_student_ids_from_documented_layouts(tmp_path, relative, student):
 
 
 def test_a_lone_notebook_is_its_own_student():
-    assert student_of(Path("03_layernorm.ipynb"), None) == "03_layernorm"
+    assert identify(Path("03_layernorm.ipynb")).student == "03_layernorm"
 
 
 def _buggy(path: Path, old: str, new: str) -> None:

@@ -228,3 +228,58 @@ def test_the_documented_limits_are_the_limits():
         if unit == "MB" and name.endswith("_bytes"):
             value = value >> 20
         assert float(number) == value, (name, shown, value)
+
+
+def filled_lab(path: Path, stem: str) -> Path:
+    """A learner's copy of lab ``stem``, filled in: the solution's cells, the lab's metadata
+    (``normlab.lab``, which every generated lab carries)."""
+    lab = json.loads((ROOT / "labs" / f"{stem}.ipynb").read_text())
+    solution = json.loads((ROOT / "solutions" / f"{stem}.ipynb").read_text())
+    solution["metadata"]["normlab"] = lab["metadata"]["normlab"]
+    path.write_text(json.dumps(solution))
+    return path
+
+
+def test_an_assignment_grades_every_notebook_as_its_lab(tmp_path):
+    """``--lab``: the lab is the assignment's. A filled lab 04 named after lab 03 earned 18/18
+    on lab 03's 16-point assignment (graded with lab 04's checks, its metadata's); under
+    ``--lab 03_layernorm`` it earns 0 and is told why, and so does a notebook whose file name
+    names lab 04. A notebook whose name names no lab is graded as the assignment's."""
+    from normlab.grader import i18n
+
+    (tmp_path / "one").mkdir()
+    other = filled_lab(tmp_path / "one" / "03_layernorm.ipynb", "04_rmsnorm")
+    cache = ["--cache", str(tmp_path / "cache.json")]
+    code, data, stderr = grade(other, extra=cache)
+    (alone,) = data["submissions"]
+    assert (alone["lab"], alone["score"], alone["max_score"]) == ("04_rmsnorm", 18, 18), stderr
+
+    (tmp_path / "by name").mkdir()
+    named = tmp_path / "by name" / "04_rmsnorm.ipynb"
+    named.write_bytes((ROOT / "solutions" / "04_rmsnorm.ipynb").read_bytes())
+    renamed = tmp_path / "by name" / "my lab.ipynb"
+    renamed.write_bytes(SOLUTION.read_bytes())
+    assignment = ["--lab", "03_layernorm", *cache]
+    code, data, stderr = grade(other, named, renamed, LAB, extra=assignment)
+    assert code == 0, stderr
+    assert "graded 4 notebook(s), reused 0" in stderr  # the cache graded it as lab 04
+    wrong = (
+        "this notebook is lab `04_rmsnorm`, not this assignment's lab `03_layernorm`: hand in "
+        "the `03_layernorm` notebook"
+    )
+    outcomes = [
+        (s["lab"], s["score"], s["max_score"], s["error"], len(s["checks"]))
+        for s in data["submissions"]
+    ]
+    assert outcomes == [
+        ("03_layernorm", 0, FULL, wrong, 0),
+        ("03_layernorm", 0, FULL, wrong, 0),
+        ("03_layernorm", FULL, FULL, None, 14),
+        ("03_layernorm", 0, FULL, None, 14),
+    ]
+    i18n.untranslated.clear()
+    assert i18n.translate(wrong, "es").startswith("este cuaderno es de la práctica `04_rmsnorm`")
+    assert i18n.untranslated == []
+
+    code, _, stderr = grade(other, extra=["--lab", "03_layer"])
+    assert code == 2 and "--lab must be one of 01_why_normalize" in stderr

@@ -340,7 +340,7 @@ def test_after_a_run_nobody_can_read_the_hidden_checks_or_earlier_results(bundle
 
 
 def read_as_nobody(path: Path) -> str | None:
-    """"PermissionError" when the user nobody cannot read ``path``, else None (read with
+    """ "PermissionError" when the user nobody cannot read ``path``, else None (read with
     ``cat``: the course's interpreter may live where nobody cannot run it)."""
     done = subprocess.run(
         ["cat", str(path)],

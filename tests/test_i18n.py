@@ -375,7 +375,10 @@ def test_every_report_surface_has_its_framework_text_in_spanish(default_language
     from normlab.grader import gradescope
 
     i18n.untranslated.clear()
-    results = [_result(), _result(path="b.ipynb", error="not a regular file", lab=None)]
+    results = [
+        _result(id_conflict=["b.ipynb"]),
+        _result(path="b.ipynb", error="not a regular file", lab=None),
+    ]
     shown = [report.feedback_markdown(r) + report.feedback_html(r) for r in results]
     shown.append(report.to_table(results))
     graded = json.loads(report.to_json(results))
@@ -395,6 +398,7 @@ def test_every_report_surface_has_its_framework_text_in_spanish(default_language
         "03_layernorm: 2 / 16 puntos.",
         "Subiste 2 cuadernos; se corrigió cada uno y cuenta el mejor: a.ipynb.",
         "práctica desconocida",
+        "otras entregas también reclaman el id ana para 03_layernorm: b.ipynb",
     ):
         assert spanish_text in text
     assert [r["lang"] for r in graded["submissions"]] == ["es", "es"]

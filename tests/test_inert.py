@@ -380,7 +380,8 @@ def test_merge_of_good_shards_writes_the_gradebook(tmp_path):
             },
             "a check with 1/2 points has passed True",
         ),
-        ({"student": "a"}, "the id 'a' has a second submission of 03_layernorm"),
+        ({"name": 7}, "name is not text or null"),
+        ({"id_conflict": "x"}, "id_conflict is not a list of text"),
         ({"path": GOOD["a"]["path"]}, "is given twice"),
     ],
 )
@@ -389,6 +390,16 @@ def test_merge_refuses_a_bad_field_and_writes_nothing(tmp_path, change, why):
     assert done.returncode == 2, done.stdout
     assert why in done.stderr and "Traceback" not in done.stderr
     assert not out.exists() and not (tmp_path / "fb").exists() and done.stdout == ""
+
+
+def test_merge_flags_an_id_that_two_shards_claim_for_one_lab(tmp_path):
+    """As one run does: both keep the id and are flagged, neither is dropped or refused."""
+    done, out = merge(tmp_path, two_shards(GOOD["a"], {**GOOD["b"], "student": "a"}), "--json")
+    assert done.returncode == 0, done.stderr
+    merged = json.loads(done.stdout)["submissions"]
+    assert [s["student"] for s in merged] == ["a", "a"]
+    assert [s["id_conflict"] for s in merged] == [[GOOD["b"]["path"]], [GOOD["a"]["path"]]]
+    assert "claim the id 'a'" in done.stderr
 
 
 def test_merge_refuses_shard_fields_that_do_not_add_up(tmp_path):

@@ -27,12 +27,12 @@ def _grade(args) -> int:
 
     started = time.monotonic()
     try:
-        entries = find_submissions(args.paths)
+        entries = find_submissions(args.paths, args.lab)
         total = len(entries)
         if args.shard:
             index, count = args.shard
-            # Every n-th submission of the sorted list: shards are disjoint, cover the class,
-            # and agree on every student's id (ids are settled on the whole list first).
+            # Every n-th submission of the sorted list: shards are disjoint and cover the class
+            # (an id depends on its path alone; `normlab merge` flags ids two shards share).
             positions = list(range(index - 1, total, count))
             entries = [entries[p] for p in positions]
         if args.extra_checks:
@@ -189,11 +189,14 @@ def _merge(args) -> int:
     if missing or sorted(slots) != list(range(total)):
         print(f"normlab merge: missing shard(s) {missing} of {count}", file=sys.stderr)
         return 2
+    from normlab.grader.identity import flag_conflicts
+
     try:
         results = report.results_from_json([slots[i] for i in range(total)])
     except ValueError as error:
         print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
         return 2
+    results = flag_conflicts(results, "normlab merge")
     # Everything is rendered before the first file is written.
     gradebook = report.to_csv(results) if args.csv else None
     shown = (
@@ -247,7 +250,10 @@ def _export(args) -> int:
             file=sys.stderr,
         )
         return 2
+    from normlab.grader.identity import warn_conflicts
+
     submissions = [result.as_dict() for result in results]
+    warn_conflicts(lms.claims(submissions), "normlab export")
     out = Path(args.out)
     if args.format == "canvas":
         report.write_atomically(out, lms.canvas_csv(submissions))
@@ -372,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "grade",
         help="grade notebooks (each in its own sandboxed process)",
         description="Grade lab notebooks. PATH is a notebook or a folder searched for notebooks. "
-        "The lab is recognised from the notebook's metadata or its file name (03_layernorm...). "
+        "The lab is --lab's, else the notebook's metadata's or its file name's (03_layernorm...). "
         "Exit status 0 whenever grading ran, whatever the scores; 2 for usage errors.",
     )
     grade.add_argument("paths", nargs="+", metavar="PATH")
@@ -439,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="as root, run learner code as root where it cannot run as the user nobody "
         "(refused otherwise)",
+    )
+    grade.add_argument(
+        "--lab",
+        metavar="STEM",
+        help="grade every notebook as this lab's assignment (e.g. 03_layernorm): a notebook "
+        "whose metadata or file name says it is another lab gets 0 and is told so",
     )
     grade.add_argument("--quiet", action="store_true", help="table without the failed checks")
     grade.add_argument(

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from normlab.grader import attribution, core, i18n, inert, lms, trap
+from normlab.grader import attribution, core, i18n, identity, inert, trap
+from normlab.grader.identity import Identity
 from normlab.grader.isolation import files, hidden
 from normlab.grader.isolation.forkserver import ForkServer
 from normlab.grader.isolation.limits import DEFAULT, Limits
@@ -36,7 +37,7 @@ from normlab.grader.isolation.sandbox import (
     fork_server_environment,
     hidden_paths,
 )
-from normlab.grader.registry import lab_for_path
+from normlab.grader.registry import all_labs
 from normlab.grader.report import SubmissionResult, write_atomically
 
 DEFAULT_TIMEOUT = DEFAULT.timeout
@@ -50,51 +51,51 @@ class UsageError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One submission to grade: the notebook and the student it belongs to."""
+    """One submission to grade: the notebook and who it is (decided once, in ``identity``)."""
 
     path: Path
-    student: str
+    identity: Identity
+
+    @property
+    def student(self) -> str:
+        return self.identity.student
 
 
-def student_of(path: Path, folder: Path | None) -> str:
-    """The student id of a submission, from the documented layouts.
+def find_submissions(paths: list[str], lab: str | None = None) -> list[Entry]:
+    """Every ``.ipynb`` named or found below the given folders, with its identity, sorted.
 
-    * ``SUBMISSIONS/STUDENT/03_layernorm.ipynb`` (a folder per student): the folder's name;
-    * ``SUBMISSIONS/03_layernorm_STUDENT.ipynb``, ``STUDENT_03_layernorm.ipynb``,
-      ``STUDENT - 03_layernorm (1).ipynb`` (LMS exports): the file name without the lab's stem;
-    * anything else: the file name.
+    ``lab``: the assignment's lab (``--lab``), which every notebook is graded as.
     """
-    if folder is not None and path.parent != folder:
-        return path.relative_to(folder).parts[0]
-    lab = lab_for_path(path)
-    name = path.stem
-    if lab is not None:
-        name = re.sub(re.escape(lab.stem), " ", name, flags=re.IGNORECASE)
-    name = re.sub(r"\(\d+\)", " ", name)  # "(1)": a browser's copy number, not the student
-    name = re.sub(r"[\s_\-.]+", " ", name).strip().replace(" ", "_")
-    return name or path.stem
-
-
-def find_submissions(paths: list[str]) -> list[Entry]:
-    """Every ``.ipynb`` named or found below the given folders, with student ids, sorted."""
+    if lab is not None and lab not in all_labs():
+        raise UsageError(f"--lab must be one of {', '.join(all_labs())}")
     found: list[Entry] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
+            submitters = identity.read_gradescope_submitters(path)
             found += [
-                Entry(p, lms.student_id(p, path, student_of))
+                Entry(p, identity.identify(p, path, lab, submitters))
                 for p in sorted(path.rglob("*.ipynb"))
                 if ".ipynb_checkpoints" not in p.parts and p.is_file()
             ]
         elif path.is_file():
-            found.append(Entry(path, lms.student_id(path, None, student_of)))
+            found.append(Entry(path, identity.identify(path, None, lab)))
         else:
             raise UsageError(f"no such file or folder: {raw}")
     if not found:
         raise UsageError(f"no notebooks (.ipynb) found in: {' '.join(paths)}")
     # An id shows as itself: no control, bidi or invisible character acts (inert.identifier).
-    found = [dataclasses.replace(e, student=inert.identifier(e.student)) for e in found]
-    return lms.unique(found, lambda p: getattr(lab_for_path(p), "stem", None))
+    return [
+        dataclasses.replace(
+            e,
+            identity=dataclasses.replace(
+                e.identity,
+                student=inert.identifier(e.identity.student),
+                name=inert.identifier(e.identity.name),
+            ),
+        )
+        for e in found
+    ]
 
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -220,7 +221,9 @@ def parse_limit_overrides(texts: list[str]) -> tuple:
     return tuple(sorted(overrides.items()))
 
 
-def _failed(shown, lab, student, error, isolation="", findings=()) -> SubmissionResult:
+def _failed(shown, who: Identity, lab, error, isolation="", findings=()) -> SubmissionResult:
+    """A submission that earns nothing: ``lab`` (a stem or None) is the lab it was meant for."""
+    lab = all_labs().get(lab) if lab else None
     return SubmissionResult(
         shown,
         lab.stem if lab else None,
@@ -228,9 +231,10 @@ def _failed(shown, lab, student, error, isolation="", findings=()) -> Submission
         lab.max_score if lab else 0,
         error,
         [],
-        student,
+        who.student,
         list(findings),
         isolation,
+        name=who.name,
     )
 
 
@@ -239,28 +243,23 @@ def grade_bytes(
     path: Path,
     settings: Settings,
     isolation: Isolation,
-    student: str | None = None,
+    who: Identity | None = None,
     fork_server=None,
     reaper: Reaper | None = None,
 ) -> SubmissionResult:
-    """Grade the notebook whose bytes are ``raw`` (read once by the caller)."""
+    """Grade the notebook whose bytes are ``raw`` (read once by the caller) as ``who``."""
     shown = str(path)
-    student = student if student is not None else student_of(path, None)
+    who = who if who is not None else identity.identify(path)
     limits = settings.limits
     try:
         cells, metadata = parse_notebook(raw, limits)
     except ValueError as error:
-        lab = lab_for_path(path)  # the file name may still say which lab it was meant for
-        return _failed(shown, lab, student, str(error), isolation.description)
-    lab = lab_for_path(path, metadata)
-    if lab is None:
-        return _failed(
-            shown,
-            None,
-            student,
-            "cannot tell which lab this is: name the file after the lab (e.g. 03_layernorm.ipynb)",
-            isolation.description,
-        )
+        # the file name (or the assignment) may still say which lab it was meant for
+        return _failed(shown, who, who.lab, str(error), isolation.description)
+    stem, wrong = identity.lab_to_grade(who, metadata.get("normlab", {}).get("lab"))
+    if wrong is not None:
+        return _failed(shown, who, stem, wrong, isolation.description)
+    lab = all_labs()[stem]
     forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
     findings = trap.notebook_findings(cells, forbidden_names)
     with ChildSubmission(
@@ -300,10 +299,11 @@ def grade_bytes(
         lab.max_score,
         error,
         results,
-        student,
+        who.student,
         findings,
         isolation.description,
         metadata.get("normlab", {}).get("lang"),
+        who.name,
     )
     return dataclasses.replace(result, cacheable=not submission.killed_from_outside)
 
@@ -315,26 +315,30 @@ def grade_notebook(
     fork_server=None,
     isolation: Isolation | None = None,
     reaper: Reaper | None = None,
+    lab: str | None = None,
 ) -> SubmissionResult:
-    """Grade one notebook. Never raises for anything the notebook or its process does."""
+    """Grade one notebook (as ``lab``'s assignment when given; as ``student`` when given).
+    Never raises for anything the notebook or its process does."""
     isolation = isolation or choose_isolation(settings.sandbox, settings.allow_root)
-    student = student if student is not None else student_of(path, None)
+    who = identity.identify(path, None, lab)
+    if student is not None:
+        who = dataclasses.replace(who, student=student, name=student)
     try:
         raw = files.read_regular_file(path, settings.limits.max_notebook_bytes)
     except (OSError, ValueError) as error:
-        return _failed(str(path), lab_for_path(path), student, str(error), isolation.description)
-    return guarded(raw, path, settings, isolation, student, fork_server, reaper)
+        return _failed(str(path), who, who.lab, str(error), isolation.description)
+    return guarded(raw, path, settings, isolation, who, fork_server, reaper)
 
 
-def guarded(raw, path, settings, isolation, student, fork_server, reaper) -> SubmissionResult:
+def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
     """The barrier around one submission: a bug it triggers costs it alone, with a clear error."""
     try:
-        return grade_bytes(raw, path, settings, isolation, student, fork_server, reaper)
+        return grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
     except Exception as error:  # noqa: BLE001 -- whatever happened, the run goes on
         return _failed(
             str(path),
-            lab_for_path(path),
-            student,
+            who,
+            who.lab,
             f"{core.INTERNAL_ERROR}: {type(error).__name__} while grading this notebook",
             isolation.description,
         )
@@ -357,8 +361,9 @@ def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> 
 class ResultCache:
     """Finished results keyed by the SHA-256 of the exact bytes graded, saved atomically.
 
-    Content-keyed: the same bytes give the same result whoever submitted them (the path and
-    student of a reused result are the entry's own). The file is written only by the grader,
+    Content-keyed: the same bytes give the same result whoever submitted them (the path, id
+    and name of a reused result are the entry's own), when they are graded as the same lab
+    (the entry's ``identity.grading_key``, stored with the result and compared). The file is written only by the grader,
     from memory, after the submission's processes are dead; a damaged or altered file costs a
     regrade, never a grade (every field is checked when it is read).
     """
@@ -383,16 +388,19 @@ class ResultCache:
     def get(self, digest: str, entry: Entry) -> SubmissionResult | None:
         stored = self.entries.get(digest)
         try:
+            if stored["as"] != entry.identity.grading_key:
+                return None  # the same bytes graded as another lab
             result = SubmissionResult.from_dict(stored["result"])
         except Exception:  # noqa: BLE001 -- absent or malformed: grade it
             return None
-        return dataclasses.replace(result, path=str(entry.path), student=entry.student)
+        who = entry.identity
+        return dataclasses.replace(result, path=str(entry.path), student=who.student, name=who.name)
 
-    def put(self, digest: str, result: SubmissionResult) -> None:
+    def put(self, digest: str, result: SubmissionResult, entry: Entry) -> None:
         if self.path is None:
             return
         with self.lock:
-            self.entries[digest] = {"result": result.as_dict()}
+            self.entries[digest] = {"result": result.as_dict(), "as": entry.identity.grading_key}
             payload = {"fingerprint": self.fingerprint, "results": self.entries}
             write_atomically(self.path, json.dumps(payload, sort_keys=True, indent=1))
 
@@ -436,18 +444,24 @@ def grade_all(
             try:
                 raw = files.read_regular_file(entry.path, settings.limits.max_notebook_bytes)
             except (OSError, ValueError) as error:
-                lab = lab_for_path(entry.path)
-                failed = _failed(str(entry.path), lab, entry.student, str(error))
-                return dataclasses.replace(failed, isolation=isolation.description), False, None
+                who = entry.identity
+                return (
+                    _failed(str(entry.path), who, who.lab, str(error), isolation.description),
+                    False,
+                    None,
+                )
             digest = ResultCache.content_hash(raw)
             cached = cache.get(digest, entry) if cache else None
             if cached is not None:
                 return cached, True, None
-            result = guarded(raw, entry.path, settings, isolation, entry.student, server, reaper)
+            result = guarded(raw, entry.path, settings, isolation, entry.identity, server, reaper)
             return result, False, digest if result.cacheable else None
 
         try:
-            return _run_pool(entries, results, work, jobs, cache, on_result)
+            # Two submissions of one lab that claim one id: both kept, both flagged.
+            return identity.flag_conflicts(
+                _run_pool(entries, results, work, jobs, cache, on_result)
+            )
         finally:
             if server is not None:
                 server.close()
@@ -463,7 +477,7 @@ def _run_pool(entries, results, work, jobs, cache, on_result) -> list[Submission
                 result, reused, digest = future.result()
                 results[index] = result
                 if cache and digest is not None:
-                    cache.put(digest, result)
+                    cache.put(digest, result, entries[index])
                 if on_result:
                     on_result(result, reused)
         except KeyboardInterrupt:

@@ -105,7 +105,7 @@ done < <(find "$ROOT/submission" -name '*.ipynb' -type f -not -path '*/.ipynb_ch
 EXTRA=(__OPTIONS__)
 if [ -f "$HIDDEN/extra_checks.py" ]; then EXTRA+=(--extra-checks "$HIDDEN/extra_checks.py"); fi
 if [ "$COUNT" -ge 1 ]; then
-"$PYTHON" -m normlab.cli grade "$WORK" --json "${EXTRA[@]}" > "$WORK/graded.json" 2> "$WORK/stderr.txt"
+"$PYTHON" -m normlab.cli grade "$WORK" --json --lab "$LAB" "${EXTRA[@]}" > "$WORK/graded.json" 2> "$WORK/stderr.txt"
 fi
 # The grader's own messages: for the instructor (Gradescope shows this script's output to them only).
 cat "$WORK/stderr.txt" 2> /dev/null

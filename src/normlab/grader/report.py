@@ -110,6 +110,11 @@ class SubmissionResult:
     #: the language of the learner's feedback (the notebook's ``metadata.normlab.lang``, or
     #: ``--lang``); None: the default. Messages are kept in English and translated when shown.
     lang: str | None = None
+    #: the student's display name, as the LMS's layout gives it (``identity.py``)
+    name: str | None = None
+    #: the paths of the other submissions of this lab that claim the same student id (empty:
+    #: none); the instructor decides which is the student's
+    id_conflict: list[str] = dataclasses.field(default_factory=list)
     #: False when the result is not the submission's doing (its process was killed from
     #: outside): never cached, regraded on the next run. Not part of the JSON.
     cacheable: bool = dataclasses.field(default=True, compare=False)
@@ -126,6 +131,8 @@ class SubmissionResult:
             "findings": list(self.findings),
             "isolation": self.isolation,
             "lang": self.lang,
+            "name": self.name,
+            "id_conflict": list(self.id_conflict),
         }
 
     @classmethod
@@ -163,6 +170,10 @@ class SubmissionResult:
         lang = data.get("lang")
         if lang is not None and i18n.normalise(lang) is None:
             raise ValueError(f"lang {inert.text(repr(lang))} is not a language of the course")
+        name = _field(data, "name", str, optional=True)
+        others = data.get("id_conflict", [])
+        if not isinstance(others, list) or not all(isinstance(p, str) for p in others):
+            raise ValueError("id_conflict is not a list of text")
         return cls(
             path,
             lab,
@@ -174,6 +185,8 @@ class SubmissionResult:
             findings,
             _field(data, "isolation", str, optional=True),
             i18n.normalise(lang),
+            name,
+            others,
         )
 
 
@@ -214,25 +227,19 @@ def _check_from_dict(data: object) -> CheckResult:
 
 def results_from_json(submissions: object, unique: bool = True) -> list[SubmissionResult]:
     """``normlab grade --json``'s submissions, each checked (``from_dict``); ``unique``: no path
-    given twice, and no two submissions of one lab with one student id (as one run grades)."""
+    given twice (as one run grades). Two submissions of one lab that claim one student id are
+    not refused: as in one run, both keep it and are flagged (``identity.flag_conflicts``)."""
     if not isinstance(submissions, list):
         raise ValueError("submissions is not a list")
-    results, paths, ids = [], set(), set()
+    results, paths = [], set()
     for number, data in enumerate(submissions, 1):
         try:
             result = SubmissionResult.from_dict(data)
         except ValueError as error:
             raise ValueError(f"submission {number}: {error}") from None
-        student = result.student if result.student is not None else Path(result.path).stem
         if unique and result.path in paths:
             raise ValueError(f"submission {number}: {inert.text(result.path)} is given twice")
-        if unique and (student, result.lab) in ids:
-            raise ValueError(
-                f"submission {number}: the id {inert.text(repr(student))} has a second "
-                f"submission of {result.lab or 'an unknown lab'}"
-            )
         paths.add(result.path)
-        ids.add((student, result.lab))
         results.append(result)
     return results
 
@@ -267,7 +274,8 @@ def to_csv(results: list[SubmissionResult]) -> str:
     """The gradebook: one row per submission, one column per check (points earned).
 
     Columns: student, lab, score, max_score, error, path, then the checks in course order, then
-    findings (indirection for the instructor to review, ``; ``-separated) and isolation. When
+    findings (indirection for the instructor to review, ``; ``-separated), isolation and
+    id_conflict (the other paths that claim this row's id for this lab, ``; ``-separated). When
     several labs are graded together, a check's column is prefixed with its lab.
     """
     labs = {r.lab for r in results if r.lab}
@@ -280,7 +288,7 @@ def to_csv(results: list[SubmissionResult]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = ["student", "lab", "score", "max_score", "error", "path", *columns]
-    writer.writerow(inert.csv_row([*header, "findings", "isolation"]))
+    writer.writerow(inert.csv_row([*header, "findings", "isolation", "id_conflict"]))
     for result in sorted(results, key=lambda r: (r.student or "", r.lab or "", r.path)):
         points = {
             (f"{result.lab}: {c.name}" if len(labs) > 1 else c.name): c.points
@@ -299,6 +307,7 @@ def to_csv(results: list[SubmissionResult]) -> str:
                 ]
                 + [points.get(column, "") for column in columns]
                 + ["; ".join(result.findings), result.isolation or ""]
+                + ["; ".join(result.id_conflict)]
             )
         )
     return buffer.getvalue()
@@ -397,6 +406,9 @@ def write_feedback(
     return written
 
 
+_CLAIMED = "the id {student} is also claimed for {lab} by:"
+
+
 def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | None = None) -> str:
     """A readable summary: one line per submission, then its failed checks. What a submission
     wrote (its path, errors, messages) is shown through ``inert.text``: no terminal control."""
@@ -413,6 +425,10 @@ def to_table(results: list[SubmissionResult], verbose: bool = True, lang: str | 
             + (f"  {label}: {error_lines[0]}" if error_lines else "")
         )
         lines += [f"      {line}" for line in error_lines[1:]]
+        if result.id_conflict:
+            claimed = i18n.text(_CLAIMED, shown, student=result.student, lab=result.lab)
+            others = ", ".join(inert.text(other, lines=False) for other in result.id_conflict)
+            lines.append(f"      ! {inert.text(claimed, lines=False)} {others}")
         if verbose:
             for check in result.checks:
                 if not check.passed:
