@@ -822,7 +822,7 @@ def hostile_cases(sentinel: str, secret: str, linked: str, solution_path: str) -
         "torch_unhidden_by_removing_the_stand_in": (
             _forward_through("importlib.import_module('to' + 'rch')", UNHIDE),
             FULL - FORWARD,
-            _by_mode("", "raised ImportError: PyTorch is not available"),
+            "raised ImportError: PyTorch is not available",
             "dynamic import: importlib",
         ),
         "patches_the_trap_and_the_reply": (

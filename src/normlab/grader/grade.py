@@ -27,7 +27,7 @@ import numpy as np
 from normlab.grader import attribution, core, i18n, identity, inert, trap
 from normlab.grader.identity import Identity
 from normlab.grader.isolation import files, hidden
-from normlab.grader.isolation.forkserver import ForkServer
+from normlab.grader.isolation.forkserver import ForkServers
 from normlab.grader.isolation.limits import DEFAULT, Limits
 from normlab.grader.isolation.processes import Reaper
 from normlab.grader.isolation.sandbox import (
@@ -262,6 +262,8 @@ def grade_bytes(
     lab = all_labs()[stem]
     forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
     findings = trap.notebook_findings(cells, forbidden_names)
+    if isinstance(fork_server, ForkServers):
+        fork_server = fork_server.for_lab(lab.torch)
     with ChildSubmission(
         cells,
         limits,
@@ -435,7 +437,7 @@ def grade_all(
         server = None
         # One notebook gains nothing from a server that first imports what it would import.
         if settings.fork and not isolation.sandbox and len(entries) > 1:
-            server = ForkServer(
+            server = ForkServers(
                 fork_server_environment(server_home), reaper, settings.limits.fork_server_wait
             )
 

@@ -35,8 +35,10 @@ from normlab.grader.isolation import cgroup, processes
 from normlab.grader.isolation.worker import SERVER_PRELOAD
 
 
-def _preload() -> None:
+def _preload(torch: bool = True) -> None:
     for name in SERVER_PRELOAD:
+        if name == "torch" and not torch:
+            continue
         try:
             __import__(name)
         except Exception:  # a missing optional library only costs its import later
@@ -98,7 +100,7 @@ def _serve(sock: socket.socket) -> None:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     processes.become_subreaper()
-    _preload()
+    _preload(torch="--no-torch" not in sys.argv[2:])
     sock.sendall(b'{"ready": true}\n')
     _serve(sock)
 
@@ -144,9 +146,19 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """Starts the server on first use and restarts it if it dies; safe to share between threads."""
+    """Starts the server on first use and restarts it if it dies; safe to share between threads.
 
-    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float):
+    ``torch``: the server imports PyTorch before it forks (for a lab written in PyTorch). A
+    NumPy lab's children come from a server that never imported it: there ``import torch``
+    meets only the stand-ins (``hidden``), and a notebook that removes them imports the real
+    library afresh from disk, as a fresh interpreter would, not a second copy over the one
+    already loaded (which can crash the process).
+    """
+
+    def __init__(
+        self, environment: dict, reaper: processes.Reaper, wait: float, torch: bool = True
+    ):
+        self.torch = torch
         self.environment = environment
         self.reaper, self.wait = reaper, wait
         self.generation = 0
@@ -168,6 +180,7 @@ class ForkServer:
                     "-m",
                     "normlab.grader.isolation.forkserver",
                     str(theirs.fileno()),
+                    *([] if self.torch else ["--no-torch"]),
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -321,6 +334,22 @@ class ForkServer:
         with self.lock:
             self._discard()
         self.reaper.sweep()
+
+
+class ForkServers:
+    """One fork server per kind of lab (PyTorch's or NumPy's), each started on first use."""
+
+    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float):
+        self.servers = {
+            torch: ForkServer(environment, reaper, wait, torch=torch) for torch in (True, False)
+        }
+
+    def for_lab(self, torch: bool) -> ForkServer:
+        return self.servers[torch]
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.close()
 
 
 if __name__ == "__main__":

@@ -296,7 +296,7 @@ def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
         private = workspace.available()
         namespaces = private and workspace.namespaces_available()
         mode = "separate processes (no sandbox), " + (
-            "a private folder with a total, the rest read-only"
+            "a private folder with a total, the rest read-only, PyTorch hidden from NumPy labs"
             if private
             else "NO total on disk (no mount namespace here)"
         )
@@ -439,6 +439,8 @@ class ChildSubmission(core.Submission):
         private = {"bytes": self.limits.tmp_mb << 20, "files": self.limits.max_files}
         if self.isolation.private_folder and not self.isolation.sandbox:
             limits["private_folder"] = dict(private, path=self.workdir, namespace=True)
+            if self.hide_torch:  # in its own mount namespace, as under the sandbox
+                limits["private_folder"].update(hide=list(hidden_paths()), hide_init=HIDDEN_INIT)
             limits["pid_namespace"] = self.isolation.namespaces
         elif self.isolation.sandbox and os.geteuid() == 0:
             # bubblewrap's /tmp has a size but no bound on its number of files: as root, the

@@ -333,6 +333,7 @@ def enter_private_folder(folder: dict) -> None:
         workspace.make_private(
             folder["path"], folder["bytes"], folder["files"], owner, folder["namespace"]
         )
+        workspace.hide_folders(folder.get("hide", ()), folder.get("hide_init", ""))
     except OSError as error:
         print(f"normlab: no private folder: {error}", file=sys.stderr, flush=True)
         os._exit(workspace.EXIT_NO_WORKSPACE)

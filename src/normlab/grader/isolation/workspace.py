@@ -116,6 +116,20 @@ def make_private(
     _mount_folder(folder, size_bytes, max_files, owner)
 
 
+def hide_folders(paths, init_text: str) -> None:
+    """In the private namespace: each folder of ``paths`` becomes an empty read-only tmpfs whose
+    only file is ``__init__.py`` holding ``init_text`` (PyTorch's folders for a NumPy lab, as
+    the sandbox hides them: ``import torch`` then raises, whatever the notebook does to its
+    import machinery). A folder that is not there is skipped."""
+    for path in paths:
+        if not os.path.isdir(path):
+            continue
+        _mount("normlab-hidden", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=8")
+        with open(os.path.join(path, "__init__.py"), "w", encoding="utf-8") as stream:
+            stream.write(init_text)
+        _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
 def _mount_folder(folder: str, size_bytes: int, max_files: int, owner: tuple[int, int]) -> None:
     # The size alone does not bound small files: some kernels store them in no page of the
     # tmpfs at all (Linux 6.18 kept 50,000 files of 100 bytes in a 1 MB tmpfs); the count does.
