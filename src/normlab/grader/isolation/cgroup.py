@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import signal
 import time
+
+from normlab.grader.isolation import processes
 
 V2_ROOT = "/sys/fs/cgroup"
 EXIT_NO_CGROUP = 74  # the child's exit status when it cannot join its cgroup
@@ -173,16 +174,7 @@ class Cgroup:
 
     def kill_all(self, rounds: int = 200) -> None:
         """SIGKILL every process in the cgroup until none is left (it may be forking)."""
-        for _ in range(rounds):
-            members = self.members()
-            if not members:
-                return
-            for pid in members:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.005)
+        processes.kill_until_none(self.members, rounds, pause=0.005)
 
     def remove(self) -> None:
         self.kill_all()

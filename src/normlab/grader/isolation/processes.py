@@ -17,6 +17,7 @@ import ctypes
 import os
 import signal
 import threading
+import time
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -67,17 +68,25 @@ def session_members(session: int) -> list[int]:
     ]
 
 
-def kill_session(session: int, rounds: int = 50) -> None:
-    """SIGKILL every process of a session, again and again until none is left."""
+def kill_until_none(members, rounds: int, pause: float = 0.0) -> None:
+    """SIGKILL every process ``members()`` lists, again and again until it lists none (they
+    may be forking), at most ``rounds`` times, ``pause`` seconds apart."""
     for _ in range(rounds):
-        members = session_members(session)
-        if not members:
+        pids = members()
+        if not pids:
             return
-        for pid in members:
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if pause:
+            time.sleep(pause)
+
+
+def kill_session(session: int, rounds: int = 50) -> None:
+    """SIGKILL every process of a session, again and again until none is left."""
+    kill_until_none(lambda: session_members(session), rounds)
 
 
 class Reaper:
