@@ -500,8 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         "export",
         help="gradebooks for Canvas, Moodle, a class summary; a Gradescope autograder",
         description="canvas OUT.csv / moodle OUTDIR / summary OUT.csv read --results (the JSON "
-        "of `normlab grade --json` or `normlab merge --json`); gradescope OUTDIR --lab STEM "
-        "writes an autograder bundle.",
+        "of `normlab grade --json` or `normlab merge --json`; moodle writes, per lab, the "
+        "grading worksheet moodle-LAB.csv and the feedback-files zip moodle-LAB-feedback.zip); "
+        "gradescope OUTDIR --lab STEM writes an autograder bundle.",
     )
     export.add_argument("format", choices=["canvas", "moodle", "summary", "gradescope"])
     export.add_argument("out", metavar="OUT")
