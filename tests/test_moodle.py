@@ -400,3 +400,25 @@ def test_a_submission_without_a_participant_number_is_named_not_zipped(tmp_path)
     data = (out / "moodle-03_layernorm-feedback.zip").read_bytes()
     assert set(import_feedback_zip(data, {1001})) == {1001}
     assert "plain/grace/03_layernorm.ipynb" in stderr and "participant number" in stderr
+
+
+def test_two_submissions_claiming_one_participant_keep_their_own_comment_and_pages(tmp_path):
+    """Both rows are written (the instructor deletes the wrong one, as export warns), each with
+    the comment of its own submission; the zip keeps both pages, the second named after its
+    notebook."""
+    first, second = _results()[:2]
+    second = {**second, "student": "1001", "path": "moodle/other/03_layernorm_final.ipynb"}
+    out, stderr = _export(tmp_path, [first, second])
+    assert "claim the id '1001'" in stderr
+    rows = php_fgetcsv((out / "moodle-03_layernorm.csv").read_text(encoding="utf-8"))
+    pairs = [(row[2], shown(row[-1])[1].split(" ")[0]) for row in rows[1:]]
+    assert pairs == [("16.00", "16/16"), ("10.00", "10/16")]
+    data = (out / "moodle-03_layernorm-feedback.zip").read_bytes()
+    (files,) = import_feedback_zip(data, {1001}).values()
+    assert sorted(files) == [
+        "/03_layernorm-03_layernorm_final.html",
+        "/03_layernorm-03_layernorm_final.md",
+        "/03_layernorm.html",
+        "/03_layernorm.md",
+    ]
+    assert "Score: 10 / 16" in files["/03_layernorm-03_layernorm_final.md"].decode()
