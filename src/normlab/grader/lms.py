@@ -118,10 +118,12 @@ def canvas_csv(submissions: list[dict]) -> str:
 #   worksheet. Feedback comments are stored as HTML (mod/assign/feedback/comments/locallib.php,
 #   set_editor_text: FORMAT_HTML).
 # * "Upload multiple feedback files in a zip": mod/assign/feedback/file/importziplib.php splits
-#   each folder of a file's path on "_" (at most 5 parts) and takes the first part with 4 whose
-#   second is numeric: name_PARTICIPANT_assignfeedback_file_ (the name is not read, but must not
-#   hold "_"); what follows is the file's name in the student's feedback. Files whose name starts
-#   with "." or "~" are skipped.
+#   each folder of a file's path on "_" (at most 5 parts) and takes the first with at least 4
+#   whose second is a participant's number and whose third and fourth name a plugin:
+#   name_PARTICIPANT_assignfeedback_file_ (the name is not read, but must not hold "_"); what
+#   follows is the file's name in the student's feedback. Files whose name starts with "." or
+#   "~" are skipped. The trailing "_" is the form Moodle's own zips had before 4.1, which the
+#   importer still reads (its comment says so), so that older sites read it too.
 
 MOODLE_COLUMNS = (
     "Identifier",
