@@ -323,7 +323,14 @@ def test_canvas_moodle_and_summary_exports(graded):
 
     normlab("export", "moodle", out / "moodle", "--results", out / "one.json")
     moodle = rows((out / "moodle" / "moodle-03_layernorm.csv").read_text())
-    assert moodle[0] == ["Identifier", "Full name", "Grade", "Maximum Grade", "Feedback comments"]
+    assert moodle[0] == [
+        "Identifier",
+        "Full name",
+        "Grade",
+        "Maximum Grade",
+        "Last modified (grade)",
+        "Feedback comments",
+    ]
     by_participant = {row[0]: row for row in moodle[1:]}
     assert by_participant["Participant 1234"][1:4] == ["Carol Diaz", f"{full:.2f}", f"{full:.2f}"]
     assert by_participant["Participant 1240"][1:3] == ["Dan Wu", "0.00"]

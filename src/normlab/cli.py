@@ -259,9 +259,21 @@ def _export(args) -> int:
         report.write_atomically(out, lms.canvas_csv(submissions))
     elif args.format == "summary":
         report.write_atomically(out, lms.class_summary(submissions))
-    else:  # moodle: one grading worksheet per lab
+    else:  # moodle: per lab, a grading worksheet and a feedback-files zip, all rendered first
+        files: dict[Path, str | bytes] = {}
         for lab in sorted({s["lab"] for s in submissions if s.get("lab")}):
-            report.write_atomically(out / f"moodle-{lab}.csv", lms.moodle_csv(submissions, lab))
+            files[out / f"moodle-{lab}.csv"] = lms.moodle_csv(submissions, lab)
+            archive, left_out = lms.moodle_feedback_zip(results, lab)
+            files[out / f"moodle-{lab}-feedback.zip"] = archive
+            if left_out:
+                print(
+                    f"normlab export: {len(left_out)} submissions of {lab} have no Moodle "
+                    "participant number, so no folder in the feedback zip: "
+                    + ", ".join(inert.text(path, lines=False) for path in left_out),
+                    file=sys.stderr,
+                )
+        for path, content in files.items():
+            report.write_atomically(path, content)
     print(f"wrote {out}")
     return 0
 
@@ -488,8 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         "export",
         help="gradebooks for Canvas, Moodle, a class summary; a Gradescope autograder",
         description="canvas OUT.csv / moodle OUTDIR / summary OUT.csv read --results (the JSON "
-        "of `normlab grade --json` or `normlab merge --json`); gradescope OUTDIR --lab STEM "
-        "writes an autograder bundle.",
+        "of `normlab grade --json` or `normlab merge --json`; moodle writes, per lab, the "
+        "grading worksheet moodle-LAB.csv and the feedback-files zip moodle-LAB-feedback.zip); "
+        "gradescope OUTDIR --lab STEM writes an autograder bundle.",
     )
     export.add_argument("format", choices=["canvas", "moodle", "summary", "gradescope"])
     export.add_argument("out", metavar="OUT")

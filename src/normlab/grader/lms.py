@@ -14,10 +14,14 @@ rows that are not the student's before importing.
 from __future__ import annotations
 
 import csv
+import datetime
+import html
 import io
+import re
+import zipfile
 from pathlib import Path
 
-from normlab.grader import identity, inert
+from normlab.grader import i18n, identity, inert
 
 
 def claims(submissions: list[dict]) -> list[identity.Claim]:
@@ -97,19 +101,182 @@ def canvas_csv(submissions: list[dict]) -> str:
     return _write(rows)
 
 
-def moodle_csv(submissions: list[dict], lab: str) -> str:
-    """Moodle's assignment grading worksheet for one lab ("Upload grading worksheet"): rows are
-    matched on Identifier ("Participant N", the number in the submission folder's name)."""
-    labs, students = _rows([s for s in submissions if s.get("lab") == lab])
-    maximum = _lab_max(submissions).get(lab, 0)
-    rows = [["Identifier", "Full name", "Grade", "Maximum Grade", "Feedback comments"]]
-    for student, copy in sorted(
+# ----------------------------------------------------------------------------- Moodle
+#
+# What Moodle's assignment accepts, as its source reads (moodle/moodle):
+# * "Upload grading worksheet": mod/assign/feedback/offline/importgradeslib.php finds its
+#   columns by header name, the strings of the instructor's Moodle language (English:
+#   "Identifier", "Grade", "Last modified (grade)", and each feedback plugin's field, for
+#   comments "Feedback comments"); without any of the first three the file is refused. The
+#   identifier is "Participant " and the assignment's unique id of the user (its prefix is cut by
+#   length). lib/csvlib.class.php reads the file with PHP's fgetcsv (a backslash escapes the
+#   next character inside quotes) and refuses it when a row has another number of cells than
+#   the header. mod/assign/feedback/offline/locallib.php (process_import_grades) parses the
+#   modified date with strtotime and skips a row (grade and comments) when the grade stored in
+#   Moodle was modified more than 60 s after it, unless the upload form's "ignore modified"
+#   box is ticked. mod/assign/gradingtable.php writes the same columns when it downloads a
+#   worksheet. Feedback comments are stored as HTML (mod/assign/feedback/comments/locallib.php,
+#   set_editor_text: FORMAT_HTML).
+# * "Upload multiple feedback files in a zip": mod/assign/feedback/file/importziplib.php splits
+#   each folder of a file's path on "_" (at most 5 parts) and takes the first with at least 4
+#   whose second is a participant's number and whose third and fourth name a plugin:
+#   name_PARTICIPANT_assignfeedback_file_ (the name is not read, but must not hold "_"); what
+#   follows is the file's name in the student's feedback. Files whose name starts with "." or
+#   "~" are skipped. The trailing "_" is the form Moodle's own zips had before 4.1, which the
+#   importer still reads (its comment says so), so that older sites read it too.
+
+MOODLE_COLUMNS = (
+    "Identifier",
+    "Full name",
+    "Grade",
+    "Maximum Grade",
+    "Last modified (grade)",
+    "Feedback comments",
+)
+#: the date written in "Last modified (grade)": ISO 8601 with its UTC offset, which strtotime
+#: reads as the same instant whatever the Moodle server's time zone
+MOODLE_DATE = "%Y-%m-%dT%H:%M:%S+00:00"
+_FEEDBACK_MOST = 1000  # characters of a feedback comment, so that a row stays a screenful
+
+
+def _sort_ids(students):
+    return sorted(
         students, key=lambda s: (not s[0].isdigit(), int(s[0]) if s[0].isdigit() else s[0], s[1])
-    ):
+    )
+
+
+def _moodle_safe(cell: str) -> str:
+    """A cell PHP's fgetcsv reads back as written: a backslash before a quote or at the end of a
+    quoted cell would escape the quote, so a space follows it there."""
+    return re.sub(r'\\(?="|$)', "\\\\ ", cell)
+
+
+def feedback_comment(submission: dict, lang: str | None = None) -> str:
+    """The short plain-text result shown in Moodle's feedback comments, as HTML text (Moodle
+    stores the comments as HTML): the points, the error's label and first line when the
+    notebook did not run to the end, and the names of the checks not passed. In the
+    submission's language; every student-derived text is inert (one line, no control character)
+    and escaped, so that nothing in it is markup."""
+    from normlab.grader import report
+
+    lang = report.language(None, lang or submission.get("lang"))
+    parts = [
+        i18n.text(
+            "{score}/{max_score} points.",
+            lang,
+            score=int(submission["score"]),
+            max_score=int(submission["max_score"]),
+        )
+    ]
+    error = submission.get("error")
+    if error:
+        first = (i18n.translate(error, lang).strip().splitlines() or [""])[0]
+        parts.append(f"{report.error_label(error, lang)}: {inert.one_line(first)}")
+    failed = [
+        inert.one_line(i18n.translate(check["name"], lang))
+        for check in submission.get("checks", [])
+        if not check.get("passed")
+    ]
+    if failed:
+        parts.append(i18n.text("Not passed: {checks}.", lang, checks="; ".join(failed)))
+    comment = " ".join(parts)
+    if len(comment) > _FEEDBACK_MOST:
+        comment = comment[: _FEEDBACK_MOST - 1] + "…"
+    return html.escape(comment, quote=True).replace("\\", "&#92;")
+
+
+def moodle_csv(submissions: list[dict], lab: str, modified: datetime.datetime | None = None) -> str:
+    """Moodle's assignment grading worksheet for one lab ("Upload grading worksheet"): rows are
+    matched on Identifier ("Participant N", the number in the submission folder's name).
+
+    ``modified`` (default: now) is written as each row's "Last modified (grade)": Moodle takes
+    a row's grade and comments unless the grade stored in Moodle changed more than a minute
+    after it, so a grade typed into Moodle after the export is kept."""
+    modified = modified or datetime.datetime.now(datetime.timezone.utc)
+    stamp = modified.astimezone(datetime.timezone.utc).strftime(MOODLE_DATE)
+    ours = [s for s in submissions if s.get("lab") == lab]
+    labs, students = _rows(ours)
+    maximum = _lab_max(submissions).get(lab, 0)
+    comments = _comments(ours)
+    rows = [list(MOODLE_COLUMNS)]
+    for student, copy in _sort_ids(students):
         row = students[student, copy]
         if lab not in row["scores"]:
             continue
         identifier = f"Participant {student}" if student.isdigit() else student
         score = row["scores"][lab]
-        rows.append([identifier, row["name"], f"{score:.2f}", f"{maximum:.2f}", ""])
+        comment = comments.get((student, copy), "")
+        cells = [identifier, row["name"], f"{score:.2f}", f"{maximum:.2f}", stamp, comment]
+        rows.append([_moodle_safe(str(inert.csv_cell(cell))) for cell in cells])
     return _write(rows)
+
+
+def _copies(submissions: list[dict]) -> list[tuple[str, int, dict]]:
+    """(student, row, submission) of each graded submission, the row as ``_rows`` numbers it
+    for a lab several submissions of one student claim (in the results' order)."""
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for (student, lab, _path), submission in zip(claims(submissions), submissions, strict=True):
+        if not lab:
+            continue
+        copy = seen.get((student, lab), 0)
+        seen[student, lab] = copy + 1
+        out.append((student, copy, submission))
+    return out
+
+
+def _comments(submissions: list[dict]) -> dict[tuple[str, int], str]:
+    return {(student, copy): feedback_comment(s) for student, copy, s in _copies(submissions)}
+
+
+_NOT_IN_NAME = re.compile(r'[_/\\:*?"<>|]+')
+
+
+def moodle_folder(name: str, participant: str) -> str:
+    """The zip folder Moodle's importer gives to ``participant``: ``NAME_N_assignfeedback_file_``.
+    NAME is the student's name for the instructor to read, made inert and without what would
+    split or nest the folder (``_``, ``/``, ``\\``) or what file systems refuse."""
+    shown = _NOT_IN_NAME.sub(" ", inert.one_line(name))
+    shown = " ".join(shown.split()).strip(" .~")[:48].strip() or "Participant"
+    return f"{shown}_{participant}_assignfeedback_file_"
+
+
+def moodle_feedback_zip(
+    results: list, lab: str, lang: str | None = None
+) -> tuple[bytes, list[str]]:
+    """The feedback-files zip of one lab ("Upload multiple feedback files in a zip"): a folder
+    per participant (``moodle_folder``) holding ``LAB.html`` and ``LAB.md``, the pages of
+    ``report.feedback_html`` and ``report.feedback_markdown``. A second submission of the lab
+    by one participant gets the notebook's stem after the lab (as ``report.write_feedback``).
+
+    Returns the zip's bytes and the paths of the submissions left out: Moodle finds a
+    participant only by number, so a submission whose id is not a Moodle participant's has no
+    folder. Entries carry a fixed date, so the same results give the same bytes."""
+    from normlab.grader import report
+
+    ours = [r for r in results if r.lab == lab]
+    submissions = [r.as_dict() for r in ours]
+    buffer = io.BytesIO()
+    left_out, taken = [], set()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for (student, _copy, _s), result in zip(_copies(submissions), ours, strict=True):
+            if not student.isdigit():
+                left_out.append(result.path)
+                continue
+            folder = moodle_folder(result.name or "", student)
+            name = inert.folder_name(lab)
+            if (student, name) in taken:
+                base, number = f"{lab}-{Path(result.path).stem}", 2
+                name = inert.folder_name(base)
+                while (student, name) in taken:
+                    name, number = inert.folder_name(f"{base}-{number}"), number + 1
+            taken.add((student, name))
+            pages = (
+                (".html", report.feedback_html(result, lang)),
+                (".md", report.feedback_markdown(result, lang)),
+            )
+            for suffix, text in pages:
+                entry = zipfile.ZipInfo(f"{folder}/{name}{suffix}", date_time=(2000, 1, 1, 0, 0, 0))
+                entry.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(entry, text.encode("utf-8"))
+    return buffer.getvalue(), left_out

@@ -244,14 +244,19 @@ def results_from_json(submissions: object, unique: bool = True) -> list[Submissi
     return results
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename: readers see the old file or the new, never half."""
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write via a temporary file and a rename: readers see the old file or the new, never half.
+    ``text`` as UTF-8, or bytes as they are."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(text)
+        else:
+            with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+                stream.write(text)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
