@@ -39,10 +39,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -e .
 	@touch $@
 
+# JupyterLab serves on PORT or not at all (port_retries=0): left to itself it moves to the next
+# free port, and the address printed above it (the Spanish start page) would be wrong.
 lab: $(VENV)/.installed
 	$(VENV)/bin/normlab work --folder $(WORK)
+	@$(PY) -c 'import socket, sys; busy = not socket.socket().connect_ex(("127.0.0.1", $(PORT))); sys.exit(busy and "make lab: port $(PORT) is in use; choose another: make lab PORT=9000\nmake lab: el puerto $(PORT) está ocupado; elige otro: make lab PORT=9000")'
 	@test ! -f es/START_HERE.ipynb || echo "Español: la página de inicio en español es http://localhost:$(PORT)/lab/tree/es/START_HERE.ipynb (ábrela en el navegador de JupyterLab; si pide un token, usa el de la URL de abajo)"
-	$(VENV)/bin/jupyter lab --port=$(PORT) $(BROWSER_FLAG) $(ROOT_FLAG) \
+	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.port_retries=0 $(BROWSER_FLAG) $(ROOT_FLAG) \
 	  --LabApp.default_url=/lab/tree/START_HERE.ipynb --LabApp.app_settings_dir=$(LAB_SETTINGS)
 
 # One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),

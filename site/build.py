@@ -16,9 +16,10 @@ Two steps, both offline:
 2. **Build** the staged copy with Sphinx + MyST-NB (notebooks are *not* executed) into OUT.
    Warnings are errors, so a link that does not resolve fails the build.
 
-Where the course lives in a public GitHub repository, set
-``NORMLAB_REPOSITORY_URL=https://github.com/OWNER/REPO`` to give each lab page direct Binder and
-Colab links as well.
+Every page gets launch buttons built from the course's address, which has one home
+(``[project.urls] Repository`` in pyproject.toml, see ``normlab.repository``): Binder, opening
+that page's file (a lab opens as the learner's copy in ``work/``, which Binder's ``postBuild``
+makes), and for notebooks Colab.
 """
 
 from __future__ import annotations
@@ -115,19 +116,23 @@ def pair_strip(stem: str, folder: str, lang: str = "en") -> str:
     )
 
 
+def launch_strip(binder_path: str, colab_path: str | None = None, lang: str = "en") -> str:
+    """Buttons that open this page's file on Binder (and a notebook on Colab), as a MyST block."""
+    from normlab.repository import binder_url, colab_url, repository_url
+
+    home = repository_url(ROOT)
+    binder = "Abrir en Binder" if lang == "es" else "Open in Binder"
+    links = [f"[{binder}]({binder_url(home, binder_path)})"]
+    if colab_path:
+        colab = "Abrir en Colab" if lang == "es" else "Open in Colab"
+        links.append(f"[{colab}]({colab_url(home, colab_path)})")
+    return f"```{{container}} normlab-launch\n{' · '.join(links)}\n```\n"
+
+
 def lab_note(stem: str) -> str:
     """The note at the top of a lab page: read-only here, and where to run it."""
     ways = "on your machine with `make lab`, or on a hosted Jupyter"
-    repository = os.environ.get("NORMLAB_REPOSITORY_URL", "").rstrip("/")
-    hosted = ""
-    match = re.match(r"^https://github\.com/([\w.-]+)/([\w.-]+)$", repository)
-    if match:
-        owner, name = match.groups()
-        hosted = (
-            f" Open it directly: [Binder](https://mybinder.org/v2/gh/{owner}/{name}/HEAD"
-            f"?labpath=labs/{stem}.ipynb) · [Colab](https://colab.research.google.com/github/"
-            f"{owner}/{name}/blob/main/labs/{stem}.ipynb)."
-        )
+    hosted = " The Binder button above opens your copy of it (`work/`); Colab opens the lab itself."
     return (
         ":::{admonition} A read-only view of the lab\n:class: tip\n"
         "Here you can read the lab; you fill it in inside Jupyter, where each `check(...)` "
@@ -171,10 +176,15 @@ def rewrite_links(text: str, page: Path, extra_files: set[Path]) -> str:
             return match.group(0)
         if relative.parts[0] == "solutions" and relative.suffix == ".ipynb":
             return label  # the full lab with answers is in the repository, not on the site
+        anchor = target.split("#", 1)[1] if "#" in target else ""
+        if relative == Path("README.md") and anchor in LEFT_OUT_OF_HOME:
+            # A section the home page leaves out: the guide that says it in full.
+            staged_page = STAGED_AS.get(page.relative_to(ROOT), page.relative_to(ROOT))
+            guide = os.path.relpath(LEFT_OUT_OF_HOME[anchor], staged_page.parent)
+            return f"[{label}]({guide})"
         if relative in STAGED_AS:
             staged_page = STAGED_AS.get(page.relative_to(ROOT), page.relative_to(ROOT))
             new = os.path.relpath(STAGED_AS[relative], staged_page.parent)
-            anchor = target.split("#", 1)[1] if "#" in target else ""
             return f"[{label}]({new}{'#' + anchor if anchor else ''})"
         if PUBLISHED and relative.suffix in (".md", ".ipynb") and relative not in PUBLISHED:
             return label  # START_HERE.ipynb, a learner's work/ copy: not pages of the site
@@ -214,8 +224,30 @@ def stage_notebook(source: Path, target: Path, extra_files: set[Path], block: st
     target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False))
 
 
+# README sections for the repository's readers (instructors, authors), not for a learner: the
+# website's home page leaves them out and links the guides that say the same in full.
+NOT_FOR_LEARNERS = ("Grading a class", "For authors")
+LEFT_OUT_OF_HOME = {"grading-a-class": "docs/instructors.md", "for-authors": "docs/authoring.md"}
+FOR_INSTRUCTORS = """
+## Instructors and authors
+
+Grading a class, the student edition, LMS exports and Gradescope:
+[For instructors](docs/instructors.md) and [Grading](docs/grading.md). Writing or changing a
+chapter: [Authoring](docs/authoring.md).
+"""
+
+
+def learners_readme(text: str) -> str:
+    """The README without its instructors' and authors' sections, and a link to their guides."""
+    sections = re.split(r"(?m)^(?=## )", text)
+    kept = [s for s in sections if not s.startswith(tuple(f"## {t}\n" for t in NOT_FOR_LEARNERS))]
+    return "".join(kept).rstrip() + "\n" + FOR_INSTRUCTORS
+
+
 def home_page(extra_files: set[Path]) -> str:
-    readme = rewrite_links((ROOT / "README.md").read_text(), ROOT / "README.md", extra_files)
+    readme = learners_readme((ROOT / "README.md").read_text())
+    readme = rewrite_links(readme, ROOT / "README.md", extra_files)
+    readme = insert_after_title(readme, launch_strip("START_HERE.ipynb"))
     all_stems = stems()
 
     def toctree(caption: str, entries: list[str]) -> str:
@@ -258,6 +290,7 @@ def spanish_home_page(extra_files: set[Path]) -> str:
     else:
         text = "# normlab en español\n"
     text = insert_after_title(text, language_switch("../index.md", "English: the English edition"))
+    text = insert_after_title(text, launch_strip("es/START_HERE.ipynb", None, "es"))
     captions = {"theory": "Capítulos", "labs": "Laboratorios", "solutions": "Soluciones"}
     for folder, have in spanish_pages().items():
         body = "\n".join(f"{folder}/{s}" for s in have)
@@ -282,37 +315,43 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
             ROOT / "theory" / f"{stem}.md",
             STAGE / "theory" / f"{stem}.md",
             extra_files,
-            pair_strip(stem, "theory"),
+            pair_strip(stem, "theory") + "\n" + launch_strip(f"theory/{stem}.md"),
         )
         stage_markdown(
             ROOT / "solutions" / f"{stem}.md",
             STAGE / "solutions" / f"{stem}.md",
             extra_files,
-            pair_strip(stem, "solutions"),
+            pair_strip(stem, "solutions") + "\n" + launch_strip(f"solutions/{stem}.md"),
         )
+        demo = f"notebooks/{stem}.ipynb"
         stage_notebook(
-            ROOT / "notebooks" / f"{stem}.ipynb",
-            STAGE / "notebooks" / f"{stem}.ipynb",
+            ROOT / demo,
+            STAGE / demo,
             extra_files,
-            pair_strip(stem, "notebooks"),
+            pair_strip(stem, "notebooks") + "\n" + launch_strip(demo, demo),
         )
+        launch = launch_strip(f"work/{stem}.ipynb", f"labs/{stem}.ipynb")
         stage_notebook(
             ROOT / "labs" / f"{stem}.ipynb",
             STAGE / "labs" / f"{stem}.ipynb",
             extra_files,
-            pair_strip(stem, "labs") + "\n" + lab_note(stem),
+            pair_strip(stem, "labs") + "\n" + launch + "\n" + lab_note(stem),
         )
     for document in sorted((ROOT / "docs").glob("*.md")):
-        stage_markdown(document, STAGE / "docs" / document.name, extra_files)
+        block = launch_strip("START_HERE.ipynb")
+        stage_markdown(document, STAGE / "docs" / document.name, extra_files, block)
     for folder, have in spanish_pages().items():
         for stem in have:
             source = spanish(folder, stem)
             target = STAGE / "es" / folder / source.name
             if folder == "labs":
-                block = pair_strip(stem, folder, "es") + "\n" + lab_note_es(stem)
+                launch = launch_strip(f"work/es/{stem}.ipynb", f"es/labs/{stem}.ipynb", "es")
+                block = pair_strip(stem, folder, "es") + "\n" + launch + "\n" + lab_note_es(stem)
                 stage_notebook(source, target, extra_files, block)
             else:
-                stage_markdown(source, target, extra_files, pair_strip(stem, folder, "es"))
+                launch = launch_strip(f"es/{folder}/{source.name}", None, "es")
+                block = pair_strip(stem, folder, "es") + "\n" + launch
+                stage_markdown(source, target, extra_files, block)
     if spanish_pages():
         (STAGE / "es" / "index.md").write_text(spanish_home_page(extra_files))
     shutil.copytree(ROOT / "theory" / "figures", STAGE / "theory" / "figures")

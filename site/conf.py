@@ -8,7 +8,9 @@ Every asset is served from the site itself (no CDN), so the site works offline a
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
+
+from normlab.repository import repository_url
 
 project = "normlab"
 author = "the normlab authors"
@@ -43,11 +45,14 @@ html_theme = "furo"
 html_title = "normlab"
 html_static_path = ["_static"]
 html_css_files = ["normlab.css"]
+# Search in the reader's language, summaries without TeX source (see the file); defer: after
+# searchtools.js, before the search runs.
+html_js_files = [("normlab-search.js", {"defer": "defer"})]
 html_show_sourcelink = False
 html_copy_source = False
 html_last_updated_fmt = None
-# Where "run it" links point when the course lives in a public repository (optional).
-html_context = {"repository_url": os.environ.get("NORMLAB_REPOSITORY_URL", "")}
+# The course's address has one home, pyproject.toml (normlab.repository).
+html_context = {"repository_url": repository_url(Path(__file__).resolve().parents[1])}
 
 suppress_warnings = ["myst.header"]
 html_favicon = "_static/favicon.svg"

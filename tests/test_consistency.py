@@ -145,3 +145,112 @@ def test_every_phony_make_target_is_defined():
     phony = re.search(r"^\.PHONY:(.*)$", makefile, re.MULTILINE).group(1).split()
     defined = set(re.findall(r"^([A-Za-z][\w.-]*):(?!=)", makefile, re.MULTILINE))
     assert sorted(set(phony) - defined) == []
+
+
+# --- the course's public address: one home, quoted everywhere alike ---------------------------
+
+GITHUB_ADDRESS = re.compile(r"https://github\.com/([\w.-]+)/([\w.-]+?)(?:\.git)?(?=[/)\s\"'>`]|$)")
+LAUNCH = re.compile(
+    r"https://(?:mybinder\.org/v2/gh|colab\.research\.google\.com/github)/([\w.-]+)/([\w.-]+)/"
+)
+
+
+def course_text_files() -> list:
+    from normlab.repository import quoting_files
+
+    return [p for p in quoting_files(ROOT, None) if ".venv" not in p.parts]
+
+
+def test_the_course_address_has_one_home_that_every_file_quotes_alike():
+    from normlab.repository import owner_and_name, repository_url
+
+    home = repository_url(ROOT)
+    owner, name = owner_and_name(home)
+    assert "OWNER" not in owner.upper() and owner not in ("example", "user"), home
+    wrong, quoted = [], set()
+    for path in course_text_files():
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT).as_posix()
+        if re.search(r"\bOWNER/(?:REPO|normlab)\b", text):  # the placeholders once used
+            wrong.append(f"{where}: a placeholder for the course's address")
+        for found_owner, found_name in GITHUB_ADDRESS.findall(text):
+            if found_name == name and found_owner != owner:
+                wrong.append(f"{where}: github.com/{found_owner}/{found_name}, not {home}")
+            elif (found_owner, found_name) == (owner, name):
+                quoted.add(where)
+        for found in LAUNCH.findall(text):
+            if found != (owner, name):
+                wrong.append(f"{where}: a launch link to {'/'.join(found)}, not {home}")
+            else:
+                quoted.add(where)
+    assert wrong == []
+    # The learners' routes quote it: the README's launch link, Binder and Colab in running.md.
+    assert {"README.md", "es/README.md", "docs/running.md"} <= quoted, quoted
+    running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
+    assert f'"normlab @ git+{home}"' in running
+    assert (
+        f"https://mybinder.org/v2/gh/{owner}/{name}/HEAD?urlpath=lab/tree/START_HERE.ipynb"
+        in running
+    )
+
+
+def test_one_command_moves_the_course_to_another_address(tmp_path):
+    """A copy published elsewhere: every quote follows the home, the translations stay fresh."""
+    import shutil
+
+    from normlab import translation
+    from normlab.repository import quoting_files, repository_url, set_repository
+
+    copy = tmp_path / "course"
+    for path in course_text_files():
+        target = copy / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    old = repository_url(copy)
+    quoting = {p.relative_to(copy) for p in quoting_files(copy, old)}
+    fresh = [
+        p for p in translation.stamped_files(copy) if translation.stamp_problem(copy, p) is None
+    ]
+    assert fresh, "no fresh Spanish stamp to keep"
+    changed = set_repository(copy, "https://github.com/a-school/norms-course")
+    assert repository_url(copy) == "https://github.com/a-school/norms-course"
+    assert quoting <= {p.relative_to(copy) for p in changed}
+    assert quoting_files(copy, old) == []
+    running = (copy / "docs" / "running.md").read_text(encoding="utf-8")
+    assert 'git+https://github.com/a-school/norms-course"' in running
+    assert "mybinder.org/v2/gh/a-school/norms-course/HEAD" in running
+    assert [translation.stamp_problem(copy, p) for p in fresh] == [None] * len(fresh)
+
+
+LEARNER_PAGES = [
+    *sorted((ROOT / "theory").glob("[0-9][0-9]_*.md")),
+    *sorted((ROOT / "solutions").glob("[0-9][0-9]_*.md")),
+    *sorted((ROOT / "es" / "theory").glob("[0-9][0-9]_*.md")),
+    *sorted((ROOT / "es" / "solutions").glob("[0-9][0-9]_*.md")),
+    ROOT / "docs" / "running.md",
+]
+
+
+@pytest.mark.parametrize("page", LEARNER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_learners_are_sent_to_their_copy_in_work_not_to_labs(page):
+    """`make grade` grades work/: a page that says "the lab labs/NN.ipynb" sends a learner to
+    fill in a file nothing grades (and that `make labs` regenerates)."""
+    text = page.read_text(encoding="utf-8")
+    assert re.findall(r"`(?:es/)?labs/\d\d_\w+\.ipynb`", text) == []
+    spanish = page.relative_to(ROOT).parts[0] == "es"
+    for lab in re.findall(r"`(work/(?:es/)?\d\d_\w+\.ipynb)`", text):
+        assert lab.startswith("work/es/") == spanish, lab  # the copy in the page's language
+
+
+def test_running_md_gives_the_same_conda_steps_as_the_readme():
+    """Binder and the conda route need what make lab does: the copies and the settings."""
+
+    def conda_block(text):
+        found = re.search(r"```bash\n\s*(conda env create[^`]*?)```", text)
+        assert found, "no conda block"
+        return [line.strip() for line in found.group(1).strip().splitlines()]
+
+    running = conda_block((ROOT / "docs" / "running.md").read_text(encoding="utf-8"))
+    assert running == conda_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert any(line.startswith("normlab work") for line in running)
+    assert any("--LabApp.app_settings_dir=jupyterlab-settings" in line for line in running)

@@ -217,6 +217,63 @@ def test_both_languages_link_to_each_other(site):
     assert "English" in home
 
 
+def _launch_links(page: Path) -> list[str]:
+    return [
+        link for link in parse(page).links if "mybinder.org" in link or "colab.research" in link
+    ]
+
+
+def test_every_page_has_launch_buttons_to_the_course(site):
+    """Binder on every page (Colab on notebooks), all from the course's one address; each opens
+    a file Binder's server has (a lab: the learner's copy in work/, which postBuild makes)."""
+    from normlab.repository import owner_and_name, repository_url
+
+    owner, name = owner_and_name(repository_url(ROOT))
+    binder = f"https://mybinder.org/v2/gh/{owner}/{name}/HEAD?urlpath=lab/tree/"
+    colab = f"https://colab.research.google.com/github/{owner}/{name}/blob/main/"
+    problems, checked = [], 0
+    for page in pages(site):
+        relative = page.relative_to(site).as_posix()
+        if relative in ("search.html", "genindex.html"):
+            continue
+        links = _launch_links(page)
+        opened = [link[len(binder) :] for link in links if link.startswith(binder)]
+        if not opened or len(opened) != len([x for x in links if "mybinder.org" in x]):
+            problems.append(f"{relative}: Binder buttons {links}")
+            continue
+        for path in opened:
+            original = re.sub(r"^work/es/", "es/labs/", path)
+            original = re.sub(r"^work/", "labs/", original)
+            if not (ROOT / original).is_file():
+                problems.append(f"{relative}: Binder opens {path}, which the course lacks")
+        if relative.startswith(("labs/", "es/labs/")):
+            stem = Path(relative).stem
+            mine = f"work/es/{stem}.ipynb" if relative.startswith("es/") else f"work/{stem}.ipynb"
+            lab = "es/labs" if relative.startswith("es/") else "labs"
+            if opened != [mine] or f"{colab}{lab}/{stem}.ipynb" not in links:
+                problems.append(f"{relative}: {links}")
+        if relative.startswith("notebooks/") and f"{colab}{relative[:-5]}.ipynb" not in links:
+            problems.append(f"{relative}: no Colab button")
+        checked += 1
+    assert not problems, "\n".join(problems)
+    assert checked >= 4 * len(STEMS)
+
+
+def test_the_home_page_is_for_learners(site):
+    """The README's instructors' and authors' sections are not the learners' home page."""
+    home = (site / "index.html").read_text()
+    plain = html.unescape(re.sub(r"<[^>]+>", "", home))
+    assert not {"grading-a-class", "for-authors"} & parse(site / "index.html").ids
+    assert "normlab grade SUBMISSIONS/" not in plain
+    assert {"docs/instructors.html", "docs/authoring.html"} <= _links_from(site, "index.html")
+    assert "Course map" in plain and "Checking your work" in plain
+    assert any(
+        link.endswith("lab/tree/START_HERE.ipynb") for link in _launch_links(site / "index.html")
+    )
+    es_home = site / "es" / "index.html"
+    assert any(link.endswith("lab/tree/es/START_HERE.ipynb") for link in _launch_links(es_home))
+
+
 # --- in a real browser ------------------------------------------------------------------------
 
 
@@ -370,13 +427,42 @@ def test_the_site_reads_from_files_without_a_server(site, browser):
     assert result["broken_images"] == []
 
 
-def test_search_finds_a_chapter(served, browser):
+SEARCH_DONE = """() => {
+  const items = document.querySelectorAll('#search-results ul li');
+  return items.length > 0 && Array.from(items).every(i => i.querySelector('p.context'));
+}"""
+
+
+def _search(page, served: str, query: str) -> tuple[list[str], list[str]]:
+    """Search from the search box's page: the hits' addresses and their summaries' text."""
+    page.goto(f"{served}/search.html?q={query}", wait_until="load")
+    page.wait_for_function(SEARCH_DONE, timeout=60_000)
+    hits = page.eval_on_selector_all("#search-results ul li > a", "els => els.map(e => e.href)")
+    summaries = page.eval_on_selector_all(
+        "#search-results p.context", "els => els.map(e => e.textContent)"
+    )
+    return hits, summaries
+
+
+def test_search_finds_a_chapter_in_the_readers_language_without_raw_tex(served, browser):
+    """An English reader's search lists English pages, a Spanish reader's Spanish ones, and no
+    summary shows the TeX source of a formula."""
     page = browser.new_page()
-    page.goto(f"{served}/search.html?q=RMSNorm", wait_until="load")
-    page.wait_for_selector("#search-results ul li a", timeout=20_000)
-    hits = page.eval_on_selector_all("#search-results ul li a", "els => els.map(e => e.href)")
-    page.close()
-    assert any("theory/04_rmsnorm.html" in hit for hit in hits), hits[:10]
+    try:
+        page.goto(f"{served}/theory/03_layernorm.html", wait_until="load")
+        hits, summaries = _search(page, served, "RMSNorm")
+        assert any(hit.endswith("/theory/04_rmsnorm.html") for hit in hits), hits[:10]
+        assert not [hit for hit in hits if "/es/" in hit], hits
+        raw = [s for s in summaries if RAW_MATH.search(s) or "\\frac" in s or "\\sqrt" in s]
+        assert raw == [], raw[:3]
+        page.goto(f"{served}/es/theory/03_layernorm.html", wait_until="load")
+        hits, summaries = _search(page, served, "RMSNorm")
+        assert any(hit.endswith("/es/theory/04_rmsnorm.html") for hit in hits), hits[:10]
+        assert [hit for hit in hits if "/es/" not in hit] == [], hits
+        raw = [s for s in summaries if RAW_MATH.search(s) or "\\frac" in s or "\\sqrt" in s]
+        assert raw == [], raw[:3]
+    finally:
+        page.close()
 
 
 @pytest.mark.parametrize(

@@ -258,8 +258,40 @@ def test_copying_gives_the_spanish_labs_and_never_overwrites(course):
     ).read_text()
     mine.unlink()
     assert copy_missing_labs(course, quiet=True) == 0
-    assert mine.read_text() == (course / "es" / "labs" / f"{STEM}.ipynb").read_text()
+    # The copy is the Spanish lab, but one folder deeper: its links to the Spanish chapter and
+    # worked solutions say so (../../es/...), and nothing else changes.
+    original = (course / "es" / "labs" / f"{STEM}.ipynb").read_text()
+    assert mine.read_text() != original
+    assert mine.read_text().replace("../../es/", "../") == original
     assert (course / "work" / "es" / "README.md").is_file()
+
+
+def markdown_links(notebook_path):
+    """The relative link targets of a notebook's Markdown cells, without their anchors."""
+    notebook = nbformat.read(notebook_path, as_version=4)
+    text = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    targets = re.findall(r"\]\(([^()\s]+)\)", text)
+    return [t.split("#")[0] for t in targets if not re.match(r"^[a-z]+:|#", t)]
+
+
+def test_every_link_of_every_copy_leads_where_the_lab_leads(tmp_path):
+    """work/es/NN.ipynb links the Spanish chapter and worked solutions, as es/labs/NN does."""
+    for folder in ("labs", "theory", "solutions", "notebooks", "es"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    assert copy_missing_labs(tmp_path, quiet=True) == 0
+    checked = 0
+    pairs = [("labs", "work"), ("es/labs", "work/es")]
+    for labs, work in pairs:
+        for source in sorted((tmp_path / labs).glob("[0-9][0-9]_*.ipynb")):
+            copy = tmp_path / work / source.name
+            from_lab = [(source.parent / t).resolve() for t in markdown_links(source)]
+            from_copy = [(copy.parent / t).resolve() for t in markdown_links(copy)]
+            assert from_copy == from_lab, copy
+            assert all(path.is_file() for path in from_copy), (copy, from_copy)
+            checked += len(from_copy)
+    spanish = markdown_links(tmp_path / "work" / "es" / "03_layernorm.ipynb")
+    assert "../../es/theory/03_layernorm.md" in spanish, spanish
+    assert checked > 2 * len(SPANISH_LABS)
 
 
 # ----------------------------------------------------------------------------- the real files

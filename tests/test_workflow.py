@@ -147,6 +147,37 @@ def serve_and_stop(course, until=None):
         process.wait(timeout=30)
 
 
+@pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
+@pytest.mark.slow
+def test_make_lab_on_a_busy_port_stops_and_says_so(tmp_path):
+    """JupyterLab would move to the next port, away from the address printed above it."""
+    import socket
+
+    course = course_copy(tmp_path / "course")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [*MAKE, "lab", f"PORT={port}"], cwd=course, capture_output=True, text=True,
+            env=MAKE_ENV, timeout=600,
+        )  # fmt: skip
+        said = done.stdout + done.stderr
+        assert done.returncode != 0, said
+        assert f"port {port} is in use" in said and f"el puerto {port} está ocupado" in said
+        assert "http://" not in said, said  # no address printed, none served
+        # Taken between the check and the start: JupyterLab itself gives up, on no other port.
+        recipe = make(course, "-n", "lab", f"PORT={port}").replace("\\\n", " ")
+        (line,) = [line for line in recipe.splitlines() if "jupyter lab" in line]
+        server = subprocess.run(
+            shlex.split(line), cwd=course, capture_output=True, text=True, env=MAKE_ENV,
+            timeout=600,
+        )  # fmt: skip
+        log = server.stdout + server.stderr
+        assert server.returncode != 0, log
+        assert not re.search(r"http://\S+:\d+/lab", log), log
+
+
 def readme_commands() -> set[str]:
     """Every `make TARGET` and `normlab SUBCOMMAND` the README shows a reader."""
     text = (ROOT / "README.md").read_text()

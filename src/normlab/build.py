@@ -279,6 +279,50 @@ def copy_missing_labs(root: Path, work: str = "work", quiet: bool = False) -> in
     return 0
 
 
+# A Markdown link or image: [text](target) or ![alt](target "title").
+MARKDOWN_LINK = re.compile(r"(\]\()(<[^<>\n]*>|[^()\s]+)((?:\s+\"[^\"]*\")?\))")
+
+
+def relink(text: str, source_dir: Path, target_dir: Path) -> str:
+    """A lab's text for a copy in ``target_dir``: its relative links reach the same files.
+
+    ``es/labs/03_layernorm.ipynb`` links ``../theory/03_layernorm.md`` (the Spanish chapter);
+    copied to ``work/es/`` the same text would point at ``work/theory/``, which does not exist,
+    so the copy says ``../../es/theory/03_layernorm.md``. Links with a scheme (``https:``),
+    anchors in the page itself and absolute paths are left as they are. A copy whose links need
+    no change (the English labs: ``labs/`` and ``work/`` sit side by side) is the lab's text
+    byte for byte.
+    """
+    import os
+
+    if os.path.realpath(source_dir) == os.path.realpath(target_dir):
+        return text
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception:  # not a notebook that nbformat reads: the copy is the file as it is
+        return text
+
+    def fix(match: re.Match) -> str:
+        target = match.group(2)
+        bare = target[1:-1] if target.startswith("<") else target
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", bare) or bare.startswith(("#", "/")):
+            return match.group(0)
+        path, hash_mark, anchor = bare.partition("#")
+        if not path:
+            return match.group(0)
+        moved = os.path.relpath(os.path.join(source_dir, path), target_dir).replace(os.sep, "/")
+        moved += hash_mark + anchor
+        return match.group(1) + (f"<{moved}>" if target.startswith("<") else moved) + match.group(3)
+
+    changed = False
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            new = MARKDOWN_LINK.sub(fix, cell.source)
+            changed = changed or new != cell.source
+            cell.source = new
+    return render(notebook) if changed else text
+
+
 def _copy_edition(labs_dir, work_dir, readme, labs_name, work_name, quiet) -> None:
     labs = sorted(labs_dir.glob("[0-9][0-9]_*.ipynb"))
     work_dir.mkdir(exist_ok=True)
@@ -292,11 +336,14 @@ def _copy_edition(labs_dir, work_dir, readme, labs_name, work_name, quiet) -> No
     copied = []
     for lab in labs:
         target = work_dir / lab.name
+        if target.exists() or target.is_symlink():
+            continue
+        text = relink(lab.read_text(encoding="utf-8"), labs_dir, work_dir)
         try:
             # "x" mode: creating the file fails if it exists, so a copy made a moment ago by
             # someone else is not overwritten either.
             with open(target, "x", encoding="utf-8") as stream:
-                stream.write(lab.read_text(encoding="utf-8"))
+                stream.write(text)
         except FileExistsError:
             continue
         copied.append(target.name)
