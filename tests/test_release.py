@@ -341,6 +341,14 @@ def test_the_link_finder_finds_the_links_the_edition_must_not_keep(tmp_path):
     assert {("theory",), ("labs",), ("es", "theory"), ("es", "labs")} <= dead
 
 
+def test_no_script_of_the_edition_needs_what_it_leaves_out(edition):
+    scripts = [
+        p for p in edition.rglob("*.py") if p.relative_to(edition).parts[0] not in ("src", "site")
+    ]
+    assert [p for p in scripts if "solutions" in p.read_text()] == []
+    assert (edition / "benchmarks" / "results" / "h200.txt").is_file()  # the chapters quote it
+
+
 def test_links_to_what_stays_with_the_instructor_say_so(edition):
     chapter = (edition / "theory" / "03_layernorm.md").read_text()
     assert [t for t in re.findall(r"\]\(([^)\s]*)\)", chapter) if "solutions/" in t] == []
