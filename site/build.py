@@ -196,6 +196,8 @@ def insert_after_title(text: str, block: str) -> str:
 
 
 def stage_markdown(source: Path, target: Path, extra_files: set[Path], block: str = "") -> None:
+    if source.parent.name == "solutions" and not source.is_file():
+        return  # the student edition (`normlab release`) has no worked solutions
     text = rewrite_links(source.read_text(), source, extra_files)
     if block:
         text = insert_after_title(text, block)
@@ -290,13 +292,12 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
             extra_files,
             pair_strip(stem, "theory"),
         )
-        if (ROOT / "solutions" / f"{stem}.md").is_file():
-            stage_markdown(
-                ROOT / "solutions" / f"{stem}.md",
-                STAGE / "solutions" / f"{stem}.md",
-                extra_files,
-                pair_strip(stem, "solutions"),
-            )
+        stage_markdown(
+            ROOT / "solutions" / f"{stem}.md",
+            STAGE / "solutions" / f"{stem}.md",
+            extra_files,
+            pair_strip(stem, "solutions"),
+        )
         stage_notebook(
             ROOT / "notebooks" / f"{stem}.ipynb",
             STAGE / "notebooks" / f"{stem}.ipynb",
