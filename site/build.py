@@ -87,6 +87,8 @@ def pair_strip(stem: str, folder: str, lang: str = "en") -> str:
         ("labs", f"{stem}.ipynb", "lab"),
         ("solutions", f"{stem}.md", "worked solutions"),
     ]
+    # The student edition (`normlab release`) has no worked solutions: no link to them.
+    parts = [p for p in parts if (ROOT / p[0] / p[1]).is_file()]
     if lang == "es":
         labels = {"chapter": "capítulo", "demo": "demo (en inglés)", "lab": "laboratorio"}
         labels["worked solutions"] = "soluciones"
@@ -204,6 +206,8 @@ def insert_after_title(text: str, block: str) -> str:
 
 
 def stage_markdown(source: Path, target: Path, extra_files: set[Path], block: str = "") -> None:
+    if source.parent.name == "solutions" and not source.is_file():
+        return  # the student edition (`normlab release`) has no worked solutions
     text = rewrite_links(source.read_text(), source, extra_files)
     if block:
         text = insert_after_title(text, block)
@@ -251,10 +255,13 @@ def home_page(extra_files: set[Path]) -> str:
     all_stems = stems()
 
     def toctree(caption: str, entries: list[str]) -> str:
+        if not entries:  # the student edition: no worked solutions, no instructors' documents
+            return ""
         body = "\n".join(entries)
         return f"\n```{{toctree}}\n:caption: {caption}\n:hidden:\n\n{body}\n```\n"
 
     docs = sorted(p.stem for p in (ROOT / "docs").glob("*.md") if p.stem != "running")
+    worked = [s for s in all_stems if (ROOT / "solutions" / f"{s}.md").is_file()]
     spanish_home = ""
     if spanish_pages():
         readme = insert_after_title(
@@ -266,7 +273,7 @@ def home_page(extra_files: set[Path]) -> str:
         + toctree("Chapters", [f"theory/{s}" for s in all_stems])
         + toctree("Demos", [f"notebooks/{s}" for s in all_stems])
         + toctree("Labs", ["docs/running", *[f"labs/{s}" for s in all_stems]])
-        + toctree("Worked solutions", [f"solutions/{s}" for s in all_stems])
+        + toctree("Worked solutions", [f"solutions/{s}" for s in worked])
         + toctree("For instructors", [f"docs/{d}" for d in docs])
         + spanish_home
     )
@@ -306,7 +313,8 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
     extra_files: set[Path] = set()
     PUBLISHED.clear()
     for stem in stems():
-        PUBLISHED.update(Path(f) / f"{stem}{PAGE_SUFFIX[f]}" for f in PAGE_SUFFIX)
+        pages = (Path(f) / f"{stem}{PAGE_SUFFIX[f]}" for f in PAGE_SUFFIX)
+        PUBLISHED.update(p for p in pages if (ROOT / p).is_file())
     PUBLISHED.update(p.relative_to(ROOT) for p in (ROOT / "docs").glob("*.md"))
     for folder, have in spanish_pages().items():
         PUBLISHED.update(Path("es") / folder / f"{s}{PAGE_SUFFIX[folder]}" for s in have)

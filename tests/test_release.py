@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import html
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ import textwrap
 import nbformat
 import pytest
 from conftest import ROOT
-from test_workflow import fill_with_solutions
+from test_workflow import VENV, fill_with_solutions
 
 from normlab.grader import keys
 from normlab.grader.registry import all_labs
@@ -68,6 +70,12 @@ def code_units(edition):
     for path in sorted(edition.rglob("*")):
         if path.suffix == ".py":
             yield str(path.relative_to(edition)), path.read_text()
+        elif path.suffix == ".html":
+            # A website's page: each code block, its highlighting markup removed.
+            blocks = re.findall(r"<pre[^>]*>(.*?)</pre>", path.read_text(), re.S)
+            for index, block in enumerate(blocks):
+                source = html.unescape(re.sub(r"<[^>]+>", "", block))
+                yield f"{path.relative_to(edition)} block {index + 1}", source
         elif path.suffix == ".ipynb":
             notebook = nbformat.read(path, as_version=4)
             for index, cell in enumerate(notebook.cells):
@@ -282,3 +290,178 @@ def test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled(spanish_edit
         tmp_path,
         lambda lab: fill_answer_regions(lab, ROOT / "solutions" / lab.name),
     )
+
+
+# ----------------------------------------------------------------------------- using the edition
+
+# A relative link in Markdown ([text](target), ![alt](target)), in HTML (href=, src=), or as a
+# reference definition ([name]: target).
+LINKS = (
+    re.compile(r"\]\(\s*<?([^()\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)"),
+    re.compile(r"""(?:href|src)\s*=\s*["']([^"']+)["']"""),
+    re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.M),
+)
+
+
+def dead_links(course):
+    """(file, target) for every relative link of a Markdown file or notebook Markdown cell of
+    ``course`` (its package, website and the Spanish lab copies aside) to no file."""
+    texts = []
+    for path in sorted(course.rglob("*")):
+        parts = path.relative_to(course).parts
+        # work/es: the Spanish copies' links are the copying step's (issue 24, part 4).
+        if parts[0] in ("src", "_site", ".venv") or parts[:2] == ("work", "es"):
+            continue
+        if path.suffix == ".md":
+            texts.append((path, path.read_text()))
+        elif path.suffix == ".ipynb":
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "markdown":
+                    texts.append((path, cell.source))
+    dead = []
+    for path, text in texts:
+        for pattern in LINKS:
+            for target in pattern.findall(text):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+                    continue
+                if not (path.parent / target.split("#", 1)[0]).resolve().is_file():
+                    dead.append((path.relative_to(course).as_posix(), target))
+    return dead
+
+
+def test_the_link_finder_finds_the_links_the_edition_must_not_keep(tmp_path):
+    """On a copy of the course without its worked solutions, the same search finds the chapters'
+    and labs' links to them, in both languages."""
+    from test_workflow import course_copy
+
+    course = course_copy(tmp_path)
+    shutil.rmtree(course / "solutions")
+    shutil.rmtree(course / "es" / "solutions", ignore_errors=True)
+    dead = {tuple(page.split("/")[:-1]) for page, _ in dead_links(course)}
+    assert {("theory",), ("labs",), ("es", "theory"), ("es", "labs")} <= dead
+
+
+def test_no_script_of_the_edition_needs_what_it_leaves_out(edition):
+    scripts = [
+        p for p in edition.rglob("*.py") if p.relative_to(edition).parts[0] not in ("src", "site")
+    ]
+    assert [p for p in scripts if "solutions" in p.read_text()] == []
+    assert (edition / "benchmarks" / "results" / "h200.txt").is_file()  # the chapters quote it
+
+
+def test_links_to_what_stays_with_the_instructor_say_so(edition):
+    chapter = (edition / "theory" / "03_layernorm.md").read_text()
+    assert [t for t in re.findall(r"\]\(([^)\s]*)\)", chapter) if "solutions/" in t] == []
+    assert "worked solution (available from your instructor)" in chapter
+    spanish = (edition / "es" / "theory" / "03_layernorm.md").read_text()
+    assert "(disponible a través de tu instructor)" in spanish
+    readme = (edition / "README.md").read_text()
+    assert "available from your instructor" in readme and "make test" in readme
+
+
+def worked_solution_lines(root):
+    """Lines of the worked solutions (English and Spanish) that no chapter, lab or demo has."""
+    elsewhere = "\n".join(
+        p.read_text()
+        for folder in ("theory", "labs", "notebooks", "es/theory", "es/labs")
+        for p in (root / folder).glob("*.*")
+    )
+    lines = set()
+    for path in [*(root / "solutions").glob("*.md"), *(root / "es" / "solutions").glob("*.md")]:
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if len(line) >= 60 and line not in elsewhere and not line.startswith(("|", "<!--")):
+                lines.add(line)
+    return lines
+
+
+def page_text(page):
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+
+
+def html_answers_finder_works(tmp_path):
+    """The search over a page's code blocks finds an answer highlighted as Sphinx shows it."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    stem, source = next((s, r) for s, r in regions() if len(r.splitlines()) > 3)
+    tmp_path.mkdir()
+    page = tmp_path / "page.html"
+    page.write_text(f"<html>{highlight(source, PythonLexer(), HtmlFormatter())}</html>")
+    return [where for where, found, _ in leaks_in(tmp_path) if found == stem]
+
+
+@pytest.mark.slow
+@pytest.mark.isolation
+@pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
+def test_a_student_uses_the_edition_and_an_instructor_builds_its_site(tmp_path, monkeypatch):
+    """What a student does in the edition: `make help`, then each target it lists, to the end;
+    then every link of every Markdown file and notebook leads to a file (the start page's links
+    to the learner's copies, once `make lab` has made them). The instructor's `make site` builds
+    a website with no worked solution and no lab answer."""
+    import test_workflow
+    from test_workflow import make, serve_and_stop
+
+    course = tmp_path / "edition"
+    assert write_release(ROOT, course) == 0
+    # The edition's own package, not this checkout's: what the student's .venv would hold.
+    environment = {**test_workflow.MAKE_ENV, "PYTHONPATH": str(course / "src")}
+    monkeypatch.setattr(test_workflow, "MAKE_ENV", environment)
+
+    def lab():
+        log = serve_and_stop(course)
+        assert (course / "work" / "03_layernorm.ipynb").is_file(), log
+        assert (course / "work" / "es" / "03_layernorm.ipynb").is_file(), log
+
+    def grade():
+        # The student's code: the solution's code cells (its Markdown links to the worked
+        # solutions, which are the instructor's, not the student's).
+        copy = course / "work" / "03_layernorm.ipynb"
+        lab = nbformat.read(copy, as_version=4)
+        answers = nbformat.read(ROOT / "solutions" / copy.name, as_version=4).cells
+        by_id = {cell.get("id"): cell for cell in answers if cell.cell_type == "code"}
+        for cell in lab.cells:
+            if cell.get("id") in by_id:
+                cell.source = by_id[cell.get("id")].source
+        nbformat.write(lab, copy)
+        shown = make(course, "grade")
+        maximum = all_labs()["03_layernorm"].max_score
+        assert re.search(rf"03_layernorm\s+{maximum}/{maximum}", shown), shown
+
+    def test():
+        before = {p: p.read_bytes() for p in (course / "work").rglob("*") if p.is_file()}
+        shown = make(course, "test")
+        assert "the course works on this machine" in shown, shown
+        assert shown.count("each 0 as shipped") == 2, shown  # labs/ and es/labs/
+        assert before == {p: p.read_bytes() for p in (course / "work").rglob("*") if p.is_file()}
+
+    def site():
+        make(course, "site")
+        assert (course / "_site" / "index.html").is_file()
+
+    runs = {"lab": lab, "grade": grade, "test": test, "site": site}
+    listed = re.findall(r"^make ([\w-]+)", make(course, "help"), re.M)
+    assert sorted(listed) == sorted(runs)  # a target it lists and this test does not run fails
+    for target in listed:
+        runs[target]()
+
+    assert dead_links(course) == []
+
+    built = course / "_site"
+    pages = sorted(built.rglob("*.html"))
+    names = {p.relative_to(built).as_posix() for p in pages}
+    assert {
+        "theory/03_layernorm.html",
+        "labs/03_layernorm.html",
+        "es/labs/03_layernorm.html",
+    } <= names
+    assert {p.relative_to(built).parts[0] for p in pages} >= {"theory", "labs", "notebooks", "es"}
+    assert not (built / "solutions").exists() and not (built / "es" / "solutions").exists()
+    shown = "\n".join(page_text(p) for p in pages)
+    worked = worked_solution_lines(ROOT)
+    assert len(worked) >= 50
+    assert sorted(line for line in worked if line in shown) == []
+    assert "BEGIN SOLUTION" not in shown
+    assert leaks_in(built) == []
+    assert html_answers_finder_works(tmp_path / "proof")  # the search reads highlighted code

@@ -304,7 +304,7 @@ def _progress(args) -> int:
 def _release(args) -> int:
     from normlab.release import write_release
 
-    return write_release(Path(args.root), Path(args.out))
+    return write_release(Path(args.root), Path(args.out), site=args.site)
 
 
 def _translations(args) -> int:
@@ -561,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     release.add_argument("out", metavar="OUT", help="a new or empty folder")
     release.add_argument("--root", default=".", help="the course checkout (default: .)")
+    release.add_argument(
+        "--site",
+        action="store_true",
+        help="also build the edition's website (no worked solutions) into OUT/_site",
+    )
     release.set_defaults(run=_release)
 
     translations = commands.add_parser(

@@ -4,7 +4,8 @@ The edition holds the chapters, the labs, the demos, the start page and the pack
 ``check()`` imports, and the same of the Spanish edition (``es/theory``, ``es/labs``,
 ``es/START_HERE.ipynb``, ``es/README.md``). It leaves out the solution notebooks, the worked
 solutions (also ``es/solutions``), the Spanish lab catalog, the tests and the instructor's
-documents, and it removes every lab answer from what it ships:
+documents (it keeps ``docs/running.md``, which is the learner's), and it removes every lab answer
+from what it ships:
 
 * answer keys in the check modules (the letter given to ``expect_choice`` and module-level
   strings equal to a top-level answer, such as ``POSTLN_FIXES``) become salted hashes
@@ -14,6 +15,16 @@ documents, and it removes every lab answer from what it ships:
   outputs are kept;
 * an answer found anywhere else in the package stops the release (exit status 1): the package
   must not ship it, and cutting it out would break the checks.
+
+It is a course a student can use as it is:
+
+* every relative link of its Markdown files and notebooks leads to a file of the edition (or to
+  the copy of a lab that ``make lab`` writes into ``work/``); a link to what stays with the
+  instructor (a worked solution, a solution notebook, a benchmark script that holds an answer)
+  becomes its text and says that it is available from the instructor;
+* its ``Makefile`` lists only what works there: ``make lab``, ``make grade``, ``make test`` (the
+  course works on this machine: :mod:`normlab.selfcheck`) and ``make site`` (its website, with no
+  worked solution: ``normlab release OUT --site`` builds it into ``OUT/_site``).
 """
 
 from __future__ import annotations
@@ -21,8 +32,10 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import os
 import re
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -35,10 +48,16 @@ from normlab.grader import keys
 # The Spanish edition ships its chapters, labs, start page and README; its worked solutions
 # (es/solutions) and the lab catalog (es/catalog, which holds the solution notebooks' text) stay
 # with the instructor like the English ones.
-SHIPPED = ["theory", "labs", "notebooks", "benchmarks", "jupyterlab-settings", "es/theory"]
+# Of benchmarks/, the recorded results the chapters quote: its scripts time and grade the
+# solution notebooks, which the edition leaves out (``make bench`` is not in its Makefile).
+SHIPPED = ["theory", "labs", "notebooks", "benchmarks/results", "jupyterlab-settings"]
+SHIPPED += ["es/theory"]
 SHIPPED += ["es/labs"]
 SHIPPED_FILES = ["START_HERE.ipynb", "pyproject.toml", "environment.yml", ".gitignore"]
-SHIPPED_FILES += ["es/START_HERE.ipynb", "es/README.md"]
+SHIPPED_FILES += ["es/START_HERE.ipynb", "docs/running.md"]
+# The website's builder: ``make site`` in the edition builds an answer-free site from it.
+SHIPPED_FILES += ["site/build.py", "site/conf.py"]
+SHIPPED_SITE = ["site/_static"]
 DEMO_STUB = "the student edition leaves this out: it is an answer of lab {lab}"
 
 
@@ -244,30 +263,40 @@ def scrub_demo_cell(source: str, index: AnswerIndex) -> str:
 # ----------------------------------------------------------------------------- the edition
 
 
-def _edition_readme(root: Path) -> str:
+def _chapter_rows(chapters: Path, labs: str, demos: str, words: tuple[str, str]) -> list[str]:
     rows = []
-    for chapter in sorted((root / "theory").glob("[0-9][0-9]_*.md")):
+    for chapter in sorted(chapters.glob("[0-9][0-9]_*.md")):
         title = chapter.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
         stem = chapter.stem
         rows.append(
-            f"| {stem[:2]} | [{title}](theory/{stem}.md) | [lab](labs/{stem}.ipynb) "
-            f"| [demo](notebooks/{stem}.ipynb) |"
+            f"| {stem[:2]} | [{title}](theory/{stem}.md) | [{words[0]}]({labs}/{stem}.ipynb) "
+            f"| [{words[1]}]({demos}/{stem}.ipynb) |"
         )
+    return rows
+
+
+def _edition_readme(root: Path) -> str:
+    rows = _chapter_rows(root / "theory", "labs", "notebooks", ("lab", "demo"))
     return "\n".join(
         [
             "# normlab — activation normalization, built from scratch (student edition)",
             "",
             "```bash",
             "make lab    # creates .venv, copies the labs into work/, opens JupyterLab",
-            "make grade  # grades your copies in work/",
+            "make grade  # your progress: a line per lab you started in work/",
+            "make test   # checks that the course works on this machine (touches nothing of yours)",
             "```",
             "",
-            "Fill in your copies of the labs in `work/`: no command overwrites them.",
+            "Fill in your copies of the labs in `work/`: no command overwrites them. Other ways to",
+            "run the labs (conda, a hosted Jupyter): [docs/running.md](docs/running.md).",
             "",
             "The `check(...)` cells and `make grade` are **formative**: they help you learn and",
             "run in your own kernel. If your course is graded, your instructor grades what you",
             "hand in with the same grader in a sandbox and with checks you have not seen; that",
             "grade is the authority.",
+            "",
+            "This edition has no worked solutions and no solution notebooks: where a chapter or a",
+            "lab mentions one, it is available from your instructor.",
             "",
             *(
                 [
@@ -281,22 +310,186 @@ def _edition_readme(root: Path) -> str:
             "|---|---|---|---|",
             *rows,
             "",
+            "For instructors: `make site` builds this edition's website into `_site/` (offline;",
+            "open `_site/index.html`), with the chapters, demos and labs and no worked solution.",
+            "",
         ]
     )
 
 
+def _edition_readme_es(root: Path) -> str:
+    """The Spanish README of the edition (the course's own es/README.md is for the full course)."""
+    rows = _chapter_rows(
+        root / "es" / "theory", "labs", "../notebooks", ("laboratorio", "demo (en inglés)")
+    )
+    return "\n".join(
+        [
+            "# normlab — la normalización de activaciones, construida desde cero (edición del"
+            " estudiante)",
+            "",
+            "```bash",
+            "make lab    # crea .venv, copia los laboratorios en work/ (los de español, en work/es/)"
+            " y abre JupyterLab",
+            "make grade  # tu progreso: una línea por laboratorio que hayas empezado en work/",
+            "make test   # comprueba que el curso funciona en esta máquina (no toca nada tuyo)",
+            "```",
+            "",
+            "Ejecuta estos comandos en la carpeta principal del curso (la que contiene `es/`).",
+            "Completas tus copias de los laboratorios en `work/es/`: ningún comando las"
+            " sobrescribe.",
+            "La página de inicio en español es [START_HERE.ipynb](START_HERE.ipynb); otras formas",
+            "de ejecutar los laboratorios (conda, un Jupyter alojado):"
+            " [docs/running.md](../docs/running.md) (en inglés).",
+            "",
+            "Las celdas `check(...)` y `make grade` son **formativas**: te ayudan a aprender y se",
+            "ejecutan en tu propio kernel. Si tu curso se califica, tu instructor califica lo que",
+            "entregas con el mismo calificador, en un sandbox y con comprobaciones que no has"
+            " visto;",
+            "esa nota es la que cuenta.",
+            "",
+            "Esta edición no incluye las soluciones desarrolladas ni los cuadernos de solución:"
+            " cuando",
+            "un capítulo o un laboratorio menciona uno, está disponible a través de tu instructor.",
+            "",
+            "English: [README.md](../README.md)",
+            "",
+            "| raíz | capítulo | laboratorio | demo |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+# Targets of the course Makefile that need what the edition leaves out (solutions, tests, the
+# authors' tools): the edition's Makefile has its own ``test`` and ``site`` instead.
+AUTHOR_TARGETS = ("test", "test-fast", "bench", "labs", "lint", "format", "site")
+EDITION_TARGETS = {
+    "test": (
+        "check that the course works here: the package, a Jupyter kernel and every lab's "
+        "checks (touches nothing in $(WORK)/)",
+        "$(VENV)/.installed",
+        "$(PY) -m normlab.selfcheck",
+    ),
+    "site": (
+        "the edition's website, without worked solutions, into _site/ (offline; "
+        "open _site/index.html)",
+        "$(VENV)/.site-installed",
+        "$(PY) site/build.py _site",
+    ),
+}
+
+
 def _edition_makefile(root: Path) -> str:
-    """The course Makefile without the authors' targets (tests and lab building need solutions)."""
+    """The course Makefile without the authors' targets, with the edition's test and site."""
     text = (root / "Makefile").read_text(encoding="utf-8")
-    for target in ("test", "labs"):
-        text = re.sub(rf"\n{target}: [^\n]*\n(\t[^\n]*\n)*", "\n", text)
-        text = re.sub(rf'\n\t@echo "make {target} [^\n]*', "", text)
+    for target in AUTHOR_TARGETS:
+        text = re.sub(rf"\n{re.escape(target)}: [^\n]*\n(\t[^\n]*\n)*", "\n", text)
+        text = re.sub(rf'\n\t@echo "make {re.escape(target)} [^\n]*', "", text)
+    help_lines = "".join(
+        f'\n\t@echo "make {name:<5}  - {line}"' for name, (line, _, _) in EDITION_TARGETS.items()
+    )
+    text = re.sub(
+        r"(\nhelp:\n(\t[^\n]*\n)*)",
+        lambda m: m.group(1).rstrip("\n") + help_lines + "\n",
+        text,
+        count=1,
+    )
+    targets = [t for t in re.findall(r"^([a-z][\w-]*):", text, re.M)]
+    targets += list(EDITION_TARGETS)
+    text = re.sub(
+        r"^\.PHONY:[^\n]*", ".PHONY: " + " ".join(dict.fromkeys(targets)), text, flags=re.M
+    )
+    for name, (_, prerequisite, recipe) in EDITION_TARGETS.items():
+        text += f"\n{name}: {prerequisite}\n\t{recipe}\n"
     return text
 
 
-def write_release(root: Path, out: Path) -> int:
+# ----------------------------------------------------------------------------- links
+
+LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(([^()\s]+)\)")
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
+ELSEWHERE = {"en": "available from your instructor", "es": "disponible a través de tu instructor"}
+
+
+def made_by_make_lab(relative: Path, out: Path) -> bool:
+    """``work/NN.ipynb`` (``work/es/NN.ipynb``): the learner's copy ``make lab`` writes of a lab
+    the edition ships."""
+    parts = relative.parts
+    if len(parts) == 2 and parts[0] == "work":
+        return (out / "labs" / parts[1]).is_file()
+    if len(parts) == 3 and parts[:2] == ("work", "es"):
+        return (out / "es" / "labs" / parts[2]).is_file()
+    return False
+
+
+def rewrite_links(text: str, page: Path, out: Path) -> str:
+    """Each relative link of ``text`` (on ``page``, a file of the edition at ``out``) to a file
+    the edition does not have becomes its text, and says where it is available."""
+    language = "es" if page.relative_to(out).parts[0] == "es" else "en"
+
+    def fix(match: re.Match) -> str:
+        bang, label, target = match.groups()
+        if SCHEME.match(target) or target.startswith("#"):
+            return match.group(0)
+        path = target.split("#", 1)[0]
+        resolved = Path(os.path.normpath(page.parent / path))
+        if resolved.is_relative_to(out):
+            relative = resolved.relative_to(out)
+            if resolved.exists() or made_by_make_lab(relative, out):
+                return match.group(0)
+        if bang:
+            return label
+        return f"{label} ({ELSEWHERE[language]})"
+
+    return LINK.sub(fix, text)
+
+
+def _rewrite_all_links(out: Path) -> None:
+    for path in sorted(out.rglob("*.md")):
+        if path.relative_to(out).parts[0] == "src":
+            continue
+        text = path.read_text(encoding="utf-8")
+        new = rewrite_links(text, path, out)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+    for path in sorted(out.rglob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        changed = False
+        for cell in notebook.cells:
+            if cell.cell_type == "markdown":
+                new = rewrite_links(cell.source, path, out)
+                changed |= new != cell.source
+                cell.source = new
+        if changed:
+            nbformat.write(notebook, path)
+
+
+# ----------------------------------------------------------------------------- the website
+
+
+def build_site(out: Path) -> None:
+    """Build the edition's website into ``out/_site`` with the edition's own site/build.py."""
+    done = subprocess.run(
+        [sys.executable, str(out / "site" / "build.py"), str(out / "_site")],
+        cwd=out,
+        capture_output=True,
+        text=True,
+    )
+    shutil.rmtree(out / "build", ignore_errors=True)  # the builder's scratch folder
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise ReleaseError(
+            "the website did not build (it needs the `site` extra: "
+            f"pip install -e '.[site]'):\n{tail}"
+        )
+    print(f"wrote the edition's website to {out / '_site'} (open {out / '_site' / 'index.html'})")
+
+
+def write_release(root: Path, out: Path, site: bool = False) -> int:
     """Write the student edition of the course at ``root`` into ``out`` (which must not exist
-    or be empty). Returns a process exit status."""
+    or be empty), and with ``site`` its website into ``out/_site``. Returns a process exit
+    status."""
     root, out = Path(root), Path(out)
     if out.exists() and any(out.iterdir()):
         print(f"normlab release: {out} is not empty; give a new folder", file=sys.stderr)
@@ -307,11 +500,13 @@ def write_release(root: Path, out: Path) -> int:
                 raise ReleaseError("write the edition outside the course (or under build/)")
         index = answer_index(root)
         _write(root, out, index)
+        print(f"wrote the student edition to {out}")
+        if site:
+            build_site(out)
     except ReleaseError as error:
         print(f"normlab release: {error}", file=sys.stderr)
         shutil.rmtree(out, ignore_errors=True)
         return 1
-    print(f"wrote the student edition to {out}")
     return 0
 
 
@@ -325,7 +520,12 @@ def _write(root: Path, out: Path, index: AnswerIndex) -> None:
         if (root / name).is_file():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, out / name)
+    for folder in SHIPPED_SITE:
+        if (root / folder).is_dir():
+            shutil.copytree(root / folder, out / folder, ignore=ignore)
     (out / "README.md").write_text(_edition_readme(root), encoding="utf-8")
+    if (root / "es" / "README.md").is_file():
+        (out / "es" / "README.md").write_text(_edition_readme_es(root), encoding="utf-8")
     (out / "Makefile").write_text(_edition_makefile(root), encoding="utf-8")
 
     # The package, with its keys hashed; any other answer in it stops the release.
@@ -365,3 +565,5 @@ def _write(root: Path, out: Path, index: AnswerIndex) -> None:
     for path in sorted(out.rglob("*.py")):
         if find_answers(path.read_text(encoding="utf-8"), index):
             raise ReleaseError(f"{path.relative_to(out)} holds a lab answer")
+    # Last, when every file the edition ships is in place: links to what it left out.
+    _rewrite_all_links(out)
