@@ -305,12 +305,11 @@ LINKS = (
 
 def dead_links(course):
     """(file, target) for every relative link of a Markdown file or notebook Markdown cell of
-    ``course`` (its package, website and the Spanish lab copies aside) to no file."""
+    ``course`` (its package and website aside) to no file."""
     texts = []
     for path in sorted(course.rglob("*")):
         parts = path.relative_to(course).parts
-        # work/es: the Spanish copies' links are the copying step's (issue 24, part 4).
-        if parts[0] in ("src", "_site", ".venv") or parts[:2] == ("work", "es"):
+        if parts[0] in ("src", "_site", ".venv"):
             continue
         if path.suffix == ".md":
             texts.append((path, path.read_text()))
@@ -347,6 +346,14 @@ def test_no_script_of_the_edition_needs_what_it_leaves_out(edition):
     ]
     assert [p for p in scripts if "solutions" in p.read_text()] == []
     assert (edition / "benchmarks" / "results" / "h200.txt").is_file()  # the chapters quote it
+
+
+def test_the_edition_opens_on_binder_as_the_course_does(edition):
+    """Binder runs the edition's postBuild (the learner's copies, the JupyterLab settings)."""
+    build = edition / "postBuild"
+    assert build.read_bytes() == (ROOT / "postBuild").read_bytes()
+    assert os.access(build, os.X_OK)
+    assert (edition / "jupyterlab-settings" / "install.py").is_file()
 
 
 def test_links_to_what_stays_with_the_instructor_say_so(edition):

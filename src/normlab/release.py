@@ -55,6 +55,8 @@ SHIPPED += ["es/theory"]
 SHIPPED += ["es/labs"]
 SHIPPED_FILES = ["START_HERE.ipynb", "pyproject.toml", "environment.yml", ".gitignore"]
 SHIPPED_FILES += ["es/START_HERE.ipynb", "docs/running.md"]
+# Binder's build step (the learner's copies in work/, the course's JupyterLab settings).
+SHIPPED_FILES += ["postBuild"]
 # The website's builder: ``make site`` in the edition builds an answer-free site from it.
 SHIPPED_FILES += ["site/build.py", "site/conf.py"]
 SHIPPED_SITE = ["site/_static"]
