@@ -787,3 +787,48 @@ def test_the_glossary_reads_the_messages_of_the_grader(tmp_path):
     po = 'msgid "the forward pass matches"\nmsgstr "la pasada hacia delante coincide"\n'
     found = translation.glossary_problems(glossary_course(tmp_path, "Nada.\n", po))
     assert len(found) == 1 and found[0].startswith("es.po:1:"), found
+
+
+ENGLISH_SECTION = re.compile(r"\*([^*]+)\*,? \(?en inglés|«([^»]+)» \(en inglés\)")
+
+
+def _notebook_headings(path):
+    if not path.is_file():
+        return []
+    notebook = nbformat.read(path, as_version=4)
+    return [
+        " ".join(line.lstrip("#").split())
+        for cell in notebook.cells
+        if cell.cell_type == "markdown"
+        for line in cell.source.splitlines()
+        if line.startswith("#")
+    ]
+
+
+@pytest.mark.parametrize("spanish", SPANISH_MARKDOWN + [ES / "README.md"], ids=rel)
+def test_a_cited_english_section_is_named_as_the_notebook_names_it(spanish):
+    """A Spanish text that cites a section of an English notebook (a solution or a demo) gives
+    its real heading, marked (en inglés), so that a reader finds it."""
+    text = spanish.read_text(encoding="utf-8")
+    stems = [spanish.stem] if spanish.stem[:2].isdigit() else translation.SPANISH_CHAPTERS
+    headings = [
+        heading
+        for stem in stems
+        for folder in ("solutions", "notebooks")
+        for heading in _notebook_headings(ROOT / folder / f"{stem}.ipynb")
+    ]
+    cited = [" ".join((a or b).split()) for a, b in ENGLISH_SECTION.findall(text)]
+    missing = [name for name in cited if not any(h.startswith(name) for h in headings)]
+    assert missing == [], f"{rel(spanish)} cites sections no English notebook has: {missing}"
+
+
+@pytest.mark.parametrize("lab", SPANISH_LABS, ids=rel)
+def test_a_spanish_lab_marks_its_stubs_in_spanish(lab):
+    # build.py writes the stubs in English; each catalog puts in the Spanish
+    notebook = nbformat.read(lab, as_version=4)
+    english = [
+        cell.get("id")
+        for cell in notebook.cells
+        if "YOUR CODE HERE" in cell.source or "YOUR ANSWER HERE" in cell.source
+    ]
+    assert english == [], f"{rel(lab)}: English stub markers in cells {english}"
