@@ -745,6 +745,7 @@ GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the fo
     "No puede resolver una varianza de 1.": "no tiene resolución para una varianza",
     "Toma el ejemplo y puntúalo en 200 lotes.": "calcula su predicción",
     "Termina con `check(...)`. Compara tu respuesta con PyTorch.": "que compara tu respuesta",
+    "Las entradas fuera de la diagonal del jacobiano son cero.": "elementos",
 }
 # Each of these uses a word the glossary watches, rightly: none may be flagged.
 GLOSSARY_ALLOWED = (
