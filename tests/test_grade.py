@@ -278,7 +278,7 @@ def test_an_assignment_grades_every_notebook_as_its_lab(tmp_path):
         ("03_layernorm", 0, FULL, None, 14),
     ]
     i18n.untranslated.clear()
-    assert i18n.translate(wrong, "es").startswith("este cuaderno es de la práctica `04_rmsnorm`")
+    assert i18n.translate(wrong, "es").startswith("este cuaderno es del laboratorio `04_rmsnorm`")
     assert i18n.untranslated == []
 
     code, _, stderr = grade(other, extra=["--lab", "03_layer"])

@@ -289,7 +289,7 @@ def test_check_speaks_spanish_with_normlab_lang(default_language, monkeypatch):
     text = _printed(**answers)
     assert text.startswith("LayerNorm: 0/9 puntos\n")
     assert (
-        "  ✗ la pasada hacia delante coincide con torch en entradas aleatorias (N, d)  [0/2]"
+        "  ✗ el pase hacia adelante coincide con torch en entradas aleatorias (N, d)  [0/2]"
         in text
     )
     assert "Por qué: Esto coincide con la varianza insesgada (dividir entre d - 1, ddof=1)." in text
@@ -312,7 +312,7 @@ def test_check_usage_errors_in_spanish(default_language):
     normlab.set_language("es")
     with pytest.raises(TypeError, match="check\\(\\) necesita al menos una función"):
         normlab.check()
-    with pytest.raises(ValueError, match="ninguna práctica comprueba nada_de_esto"):
+    with pytest.raises(ValueError, match="ningún laboratorio comprueba nada_de_esto"):
         normlab.check(nada_de_esto=1)
 
 
@@ -397,7 +397,7 @@ def test_every_report_surface_has_its_framework_text_in_spanish(default_language
         "total: 4/32 puntos en 2 cuadernos",
         "03_layernorm: 2 / 16 puntos.",
         "Subiste 2 cuadernos; se corrigió cada uno y cuenta el mejor: a.ipynb.",
-        "práctica desconocida",
+        "laboratorio desconocido",
         "otras entregas también reclaman el id ana para 03_layernorm: b.ipynb",
     ):
         assert spanish_text in text
@@ -505,14 +505,14 @@ def test_grade_feedback_in_spanish_from_the_notebooks_language(graded):
     markdown = (feedback / "03_layernorm.md").read_text(encoding="utf-8")
     assert f"**Puntuación: {submission['score']} / 16**" in markdown
     assert (
-        "- ✗ la pasada hacia delante coincide con torch en entradas aleatorias (N, d) — 0/2"
+        "- ✗ el pase hacia adelante coincide con torch en entradas aleatorias (N, d) — 0/2"
         in markdown
     )
     assert (
         "  > Por qué: Esto coincide con la varianza insesgada (dividir entre d - 1, ddof=1)."
         in markdown
     )
-    assert "**Una celda de tu cuaderno se detuvo (es tu código, no el corrector):**" in markdown
+    assert "**Una celda de tu cuaderno se detuvo (es tu código, no el calificador):**" in markdown
     assert (
         "Tu código se detuvo en " in markdown
         and "Llama a tu función `layernorm_forward`" in markdown

@@ -57,7 +57,7 @@ def test_progress_is_a_screenful_in_the_language_of_the_copies_started(tmp_path)
     status, out, err = run_cli(["progress", "--root", str(course), "--no-sandbox", "--allow-root"])
     assert status == 0, err
     lines = out.splitlines()
-    assert lines[0] == "Tus prácticas en work/es/:", out
+    assert lines[0] == "Tus laboratorios en work/es/:", out
     assert lines[1].split()[:3] == ["03_layernorm", "16/16", "todas"], out
     assert lines[2].split()[:3] == ["04_rmsnorm", "0/18", "siguiente:"], out
     assert "(faltan " in lines[2] and "forward" not in lines[2], out  # the check's Spanish name
@@ -65,6 +65,6 @@ def test_progress_is_a_screenful_in_the_language_of_the_copies_started(tmp_path)
         out
     )
     assert (
-        lines[4] == "Todos los mensajes de una práctica: normlab grade work/es/03_layernorm.ipynb"
+        lines[4] == "Todos los mensajes de un laboratorio: normlab grade work/es/03_layernorm.ipynb"
     )
     assert len(lines) == 5 and "work/0" not in out, out  # nothing of the English copies

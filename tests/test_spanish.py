@@ -374,6 +374,9 @@ $\\mu = \\frac1d \\sum_i x_i$, a batch of 1,000 tokens costs 23.6% more; `eps=1e
 
 $$\\hat x = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\varepsilon}}$$
 
+$$\\sigma^2 = \\frac1d \\sum_i (x_i - \\mu)^2 \\quad \\text{(biased), and for a factor of 0.9:}
+\\quad n = 25{,}165{,}824$$
+
 1. First step: 0.9288 after 12 blocks.
 2. Second step, see the [demo](../notebooks/03_layernorm.ipynb#a-small-helper-checked-against-pytorch).
 
@@ -396,13 +399,16 @@ Keep `(B, L, 1)`. See [the practice problems](#practice-problems) and
 SPANISH = """# 3. Normalización por capas
 
 Introducción: Ba et al. (2016), §3.1 y la Tabla 1. Con $\\varepsilon = 10^{-5}$ y la media $\\mu =
-\\frac1d \\sum_i x_i$, un lote de 1,000 tokens cuesta un 23.6% más; `eps=1e-5` por defecto.
+\\frac1d \\sum_i x_i$, un lote de 1\u202f000 tokens cuesta un 23.6% más; `eps=1e-5` por defecto.
 
 ![La salida frente a épsilon](../../theory/figures/03_layernorm_eps.png)
 
 ## Las matemáticas
 
 $$\\hat x = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\varepsilon}}$$
+
+$$\\sigma^2 = \\frac1d \\sum_i (x_i - \\mu)^2 \\quad \\text{(sesgada), y para un factor de 0.9:}
+\\quad n = 25\\,165\\,824$$
 
 1. Primer paso: 0.9288 tras 12 bloques.
 2. Segundo paso, ver la [demo](../../notebooks/03_layernorm.ipynb#a-small-helper-checked-against-pytorch).
@@ -453,6 +459,11 @@ DRIFTS = {  # name: (text of the faithful translation, what replaces it, the pro
     "a notebook link changed": ("notebooks/03_layernorm", "notebooks/04_rmsnorm", "link"),
     "a URL changed": ("abs/1607.06450)", "abs/1607.06451)", "external"),
     "a practice label dropped": (" (b) la varianza.", " la varianza.", "labels"),
+    "a number in a formula's words changed": ("factor de 0.9:}", "factor de 0.8:}", "math"),
+    "a formula changed beside its words": ("(x_i - \\mu)^2 \\quad", "(x_i - \\mu) \\quad", "math"),
+    "a formula's thousands changed": ("25\\,165\\,824", "25\\,165\\,825", "math"),
+    "thousands grouped with a comma": ("1\u202f000 tokens", "1,000 tokens", "grouped with commas"),
+    "thousands grouped with a point": ("1\u202f000 tokens", "1.000 tokens", "numbers"),
 }
 
 
@@ -722,3 +733,135 @@ def test_diff_shows_what_changed_in_the_english_since_the_translation(course):
     assert len(removed) == len(added) == 1, cell
     unchanged = translation.english_changes(course, catalog, "b7561e95")
     assert "unchanged since it was translated" in unchanged
+
+
+# ----------------------------------------------------------------------------- the glossary
+
+
+def test_every_spanish_text_follows_the_glossary():
+    # chapters, worked solutions, catalogs (Markdown and the Spanish of code), README, start
+    # page and every msgstr of es.po
+    assert translation.glossary_problems(ROOT) == []
+
+
+def test_the_glossary_page_lists_every_term():
+    page = (ROOT / translation.GLOSSARY_PAGE).read_text(encoding="utf-8")
+    rows = {
+        tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
+        for line in page.splitlines()
+        if line.startswith("| ")
+    }
+    for entry in translation.load_glossary(ROOT):
+        spanish = entry["es"].replace("«…»", "«…» (comillas latinas)")
+        assert (entry["en"], spanish) in rows, f"{translation.GLOSSARY_PAGE} lacks {entry['en']}"
+
+
+GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the form it asks for
+    "Luego la pasada hacia delante acumula.": "pase hacia adelante",
+    "Divide entre la desviación típica de la fila.": "desviación estándar",
+    "Actualiza las estadísticas móviles en cada paso.": "estadísticos móviles",
+    "Abre la práctica y escribe la función.": "laboratorio",
+    "El corrector ejecuta tus celdas.": "calificador",
+    "Un núcleo fusionado lee `x` una vez.": "kernel; kernel fusionado",
+    "El núcleo de Numba lee `x` una vez.": "kernel; kernel fusionado",
+    "Abre el notebook de la demo.": "cuaderno",
+    "La demostración mide el cociente.": "demo",
+    "Mira la solución resuelta.": "soluciones desarrolladas",
+    "Devuelve un arreglo de forma `(d,)`.": "array",
+    "La comprobación suspende tu función.": "falla / no pasa",
+    'Es lo que llaman "ruido" del lote.': "«…»",
+    "LN usa estadísticos por ejemplo.": "de cada ejemplo",
+    "Propón cambios únicos que lo arreglen.": "cambios aislados",
+    "Un token normalizado solo da lo mismo.": "por sí solo",
+    "Normalizarlas juntas es una suposición pobre.": "un mal supuesto",
+    "No puede resolver una varianza de 1.": "no tiene resolución para una varianza",
+    "Toma el ejemplo y puntúalo en 200 lotes.": "calcula su predicción",
+    "Termina con `check(...)`. Compara tu respuesta con PyTorch.": "que compara tu respuesta",
+    "Las entradas fuera de la diagonal del jacobiano son cero.": "elementos",
+}
+# Each of these uses a word the glossary watches, rightly: none may be flagged.
+GLOSSARY_ALLOWED = (
+    "En la práctica, los problemas de práctica y el problema de práctica 2 son de este "
+    "laboratorio. Una CPU de 2 núcleos, el kernel fusionado, el cuaderno de la demo. Escribe "
+    'una letra, p. ej. "b" o "(b) porque ...". Por ejemplo, `notebooks/03_layernorm.ipynb`. '
+    "El calentamiento (warmup) dura 50 pasos; después del warmup la tasa es fija."
+)
+
+
+def glossary_course(tmp_path, text, po_text=None):
+    (tmp_path / "es" / "theory").mkdir(parents=True)
+    shutil.copy2(ES / "glossary.json", tmp_path / "es" / "glossary.json")
+    (tmp_path / "es" / "theory" / "03_layernorm.md").write_text(text, encoding="utf-8")
+    if po_text is not None:
+        po = tmp_path / translation.PO_FILE
+        po.parent.mkdir(parents=True)
+        po.write_text(po_text, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("sentence", GLOSSARY_DRIFTS)
+def test_the_glossary_flags_each_variant(tmp_path, sentence):
+    found = translation.glossary_problems(glossary_course(tmp_path, f"# 3. Capa\n\n{sentence}\n"))
+    assert len(found) == 1 and f"says «{GLOSSARY_DRIFTS[sentence]}»" in found[0], found
+
+
+def test_the_glossary_leaves_the_right_uses_alone(tmp_path):
+    assert translation.glossary_problems(glossary_course(tmp_path, GLOSSARY_ALLOWED)) == []
+
+
+def test_the_first_warmup_of_a_text_is_glossed(tmp_path):
+    found = translation.glossary_problems(
+        glossary_course(tmp_path, "Sin warmup no entrena. Un calentamiento (warmup) corto.\n")
+    )
+    assert len(found) == 1 and "the first «warmup» is not glossed" in found[0], found
+
+
+def test_the_glossary_reads_the_messages_of_the_grader(tmp_path):
+    po = 'msgid "the forward pass matches"\nmsgstr "la pasada hacia delante coincide"\n'
+    found = translation.glossary_problems(glossary_course(tmp_path, "Nada.\n", po))
+    assert len(found) == 1 and found[0].startswith("es.po:1:"), found
+
+
+ENGLISH_SECTION = re.compile(r"\*([^*]+)\*,? \(?en inglés|«([^»]+)» \(en inglés\)")
+
+
+def _notebook_headings(path):
+    if not path.is_file():
+        return []
+    notebook = nbformat.read(path, as_version=4)
+    return [
+        " ".join(line.lstrip("#").split())
+        for cell in notebook.cells
+        if cell.cell_type == "markdown"
+        for line in cell.source.splitlines()
+        if line.startswith("#")
+    ]
+
+
+@pytest.mark.parametrize("spanish", SPANISH_MARKDOWN + [ES / "README.md"], ids=rel)
+def test_a_cited_english_section_is_named_as_the_notebook_names_it(spanish):
+    """A Spanish text that cites a section of an English notebook (a solution or a demo) gives
+    its real heading, marked (en inglés), so that a reader finds it."""
+    text = spanish.read_text(encoding="utf-8")
+    stems = [spanish.stem] if spanish.stem[:2].isdigit() else translation.SPANISH_CHAPTERS
+    headings = [
+        heading
+        for stem in stems
+        for folder in ("solutions", "notebooks")
+        for heading in _notebook_headings(ROOT / folder / f"{stem}.ipynb")
+    ]
+    cited = [" ".join((a or b).split()) for a, b in ENGLISH_SECTION.findall(text)]
+    missing = [name for name in cited if not any(h.startswith(name) for h in headings)]
+    assert missing == [], f"{rel(spanish)} cites sections no English notebook has: {missing}"
+
+
+@pytest.mark.parametrize("lab", SPANISH_LABS, ids=rel)
+def test_a_spanish_lab_marks_its_stubs_in_spanish(lab):
+    # build.py writes the stubs in English; each catalog puts in the Spanish
+    notebook = nbformat.read(lab, as_version=4)
+    english = [
+        cell.get("id")
+        for cell in notebook.cells
+        if "YOUR CODE HERE" in cell.source or "YOUR ANSWER HERE" in cell.source
+    ]
+    assert english == [], f"{rel(lab)}: English stub markers in cells {english}"

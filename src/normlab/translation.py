@@ -331,9 +331,36 @@ LINK = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*<?([^()\s>]+)>?(?:\s+\"[
 HTML_IMG = re.compile(r"<img\b[^>]*\bsrc=[\"']([^\"']+)[\"'][^>]*>", re.I)
 URL = re.compile(r"<?\bhttps?://[^\s)>]+>?")
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$")
+# Thousands: the English groups them with commas (1,000), the Spanish with a thin space
+# (1 000, U+202F or U+2009), since a Spanish reader takes 1,000 or 1.000 for a decimal; both
+# count as the same number. Decimals use the point in both editions, as code does.
+THIN_SPACES = "\u202f\u2009"
 NUMBER = re.compile(
-    r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?"
+    rf"|(?<![\d.])\d{{1,3}}(?:[{THIN_SPACES}]\d{{3}})+(?!\d)(?:\.\d+)?"
+    r"|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 )
+ITALICS = re.compile(r"(?<![*\w])\*(?![*\s])[^*]+?(?<![*\s])\*(?![*\w])")
+COMMA_GROUPS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+# Words inside a formula may be translated: \text{(biased)} and \text{(sesgada)} are the same
+# mathematics; only the numbers of the words count.
+MATH_TEXT = re.compile(r"\\(?:text|textrm|textit|mbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+MATH_GROUPS = re.compile(r"(?<=\d)(?:\{,\}|\\,|\\ |[,\u202f\u2009])(?=\d{3}(?!\d))")
+
+
+def number_value(text: str) -> str:
+    """A number as written (1,000 or 1 000) -> its digits (1000)."""
+    return re.sub(rf"[,{THIN_SPACES}]", "", text)
+
+
+def math_key(span: str) -> str:
+    """What a formula must keep in a translation: its mathematics and numbers, with the words
+    of each \\text{...} reduced to their numbers and thousands written without separators."""
+    span = MATH_TEXT.sub(lambda m: "\\text{" + " ".join(NUMBER.findall(m.group(1))) + "}", span)
+    span = MATH_GROUPS.sub("", span)
+    return _squash(span)
+
+
 LABEL = re.compile(r"\(([a-h])\)")
 LIST_MARKER = re.compile(r"^[ \t]*(?:>[ \t]*)*(\d+)\.[ \t]", re.M)
 
@@ -432,11 +459,11 @@ def analyse(text: str, where: str) -> Parts:
     math: Counter = Counter()
 
     def display(match: re.Match) -> str:
-        math["$$" + _squash(match.group(1))] += 1
+        math["$$" + math_key(match.group(1))] += 1
         return " "
 
     def inline(match: re.Match) -> str:
-        math["$" + _squash(match.group(1))] += 1
+        math["$" + math_key(match.group(1))] += 1
         return " "
 
     prose = DISPLAY_MATH.sub(display, prose)
@@ -470,7 +497,7 @@ def analyse(text: str, where: str) -> Parts:
         external[url.strip("<>")] += 1
     prose = URL.sub(" ", prose)
     prose = re.sub(r"<[^>\n]+>", " ", prose)  # HTML tags
-    numbers = Counter(n.replace(",", "") for n in NUMBER.findall(prose))
+    numbers = Counter(number_value(n) for n in NUMBER.findall(prose))
     sections, current = [], []
     for line in prose.split("\n"):
         if HEADING.match(line):
@@ -535,12 +562,23 @@ def parity_problems(english_text: str, english_where: str, spanish_text: str, sp
         for index, ((_, en_title), (_, es_title)) in enumerate(
             zip(en.headings, es.headings, strict=True)
         ):
-            a = Counter(NUMBER.findall(re.sub(r"\$[^$]*\$|`[^`]*`", " ", en_title)))
-            b = Counter(NUMBER.findall(re.sub(r"\$[^$]*\$|`[^`]*`", " ", es_title)))
+            a = Counter(
+                map(number_value, NUMBER.findall(re.sub(r"\$[^$]*\$|`[^`]*`", " ", en_title)))
+            )
+            b = Counter(
+                map(number_value, NUMBER.findall(re.sub(r"\$[^$]*\$|`[^`]*`", " ", es_title)))
+            )
             if a != b:
                 problems.append(
                     f"heading {index + 1} ({en_title!r} / {es_title!r}): numbers differ"
                 )
+    # a title in italics (a paper's, in the references) is quoted as published
+    grouped = COMMA_GROUPS.findall(ITALICS.sub(" ", "\n".join(es.sections)))
+    if grouped:
+        problems.append(
+            f"numbers grouped with commas {grouped[:8]}: a Spanish reader takes 1,000 for a "
+            "decimal; group thousands with a thin space (1\u202f000)"
+        )
     for name in ("math", "numbers", "code_spans", "code_blocks", "external"):
         a, b = getattr(en, name), getattr(es, name)
         if name == "code_spans":  # a path to the learner's copies names the edition's folder
@@ -668,6 +706,8 @@ def edition_problems(root: Path) -> list[str]:
             problems += catalog_parity_problems(root, catalog.stem)
         except (TranslationError, OSError) as error:
             problems.append(str(error))
+    if (root / GLOSSARY).is_file():
+        problems += glossary_problems(root)
     return problems
 
 
@@ -794,3 +834,100 @@ def english_changes(root: Path, spanish: Path, cell_id: str | None = None) -> st
         f"{label} (now)",
     )
     return "".join(diff) or f"{label}: unchanged since it was translated"
+
+
+# ----------------------------------------------------------------------------- the glossary
+
+# One Spanish term per concept, for every Spanish text of the course: chapters, worked
+# solutions, the lab catalogs, the README and start page, and the grader's messages (es.po).
+# es/glossary.json is the machine-readable list (each entry's "avoid" patterns are the variants
+# it replaces); es/GLOSARIO.md is the page a translator reads.
+GLOSSARY = PurePosixPath(LANG) / "glossary.json"
+GLOSSARY_PAGE = PurePosixPath(LANG) / "GLOSARIO.md"
+PO_FILE = PurePosixPath("src/normlab/grader/locale") / f"{LANG}.po"
+
+
+def load_glossary(root: Path) -> list[dict]:
+    entries = json.loads((Path(root) / GLOSSARY).read_text(encoding="utf-8"))["terms"]
+    for entry in entries:
+        if not (isinstance(entry.get("es"), str) and isinstance(entry.get("avoid"), list)):
+            raise ValueError(f"{GLOSSARY}: each term needs a string 'es' and a list 'avoid'")
+    return entries
+
+
+def _prose(text: str, where: str) -> str:
+    """A Markdown text without its code, math, link targets and HTML tags: the words."""
+    return "\n".join(analyse(text, where).sections)
+
+
+def spanish_texts(root: Path) -> list[tuple[str, str, bool]]:
+    """(where, words, prose) of every Spanish text a learner reads; ``prose`` is False for the
+    Spanish side of a catalog's code replacements (comments and strings of code)."""
+    root = Path(root)
+    texts = []
+    for path in spanish_markdown(root) + [root / LANG / "README.md"]:
+        if path.is_file():
+            where = path.relative_to(root).as_posix()
+            texts.append((where, _prose(path.read_text(encoding="utf-8"), where), True))
+    start = root / LANG / "START_HERE.ipynb"
+    if start.is_file():
+        notebook = nbformat.read(start, as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "markdown":
+                where = f"{LANG}/START_HERE.ipynb cell {cell.get('id')}"
+                texts.append((where, _prose(cell.source, f"{LANG}/START_HERE.ipynb"), True))
+    for path in sorted((root / LANG / "catalog").glob("*.json")):
+        for cell_id, entry in load_catalog(path)["cells"].items():
+            if not isinstance(entry, dict):
+                continue
+            where = f"{LANG}/catalog/{path.name} cell {cell_id}"
+            if isinstance(entry.get("markdown"), str):
+                texts.append((where, _prose(entry["markdown"], f"{LANG}/labs/x.ipynb"), True))
+            for pair in entry.get("replace", []):
+                if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
+                    texts.append((where, pair[1], False))
+    po = root / PO_FILE
+    if po.is_file():
+        from normlab.grader.i18n import read_po
+
+        for _, _, msgstr, where in read_po(po):
+            texts.append((where, re.sub(r"`[^`]*`", " ", msgstr), True))
+    return texts
+
+
+def _term(pattern: str) -> re.Pattern:
+    """A glossary pattern as a whole word: not part of a name, path or {slot}."""
+    return re.compile(rf"(?<![\w/{{.-]){pattern}(?![\w/}}])", re.I)
+
+
+def glossary_problems(root: Path) -> list[str]:
+    """Each variant the glossary replaces, where a Spanish text uses it, and each text whose
+    first use of a glossed word (``warmup``) is not the glossed form."""
+    problems = []
+    terms = [(entry, [_term(p) for p in entry["avoid"]]) for entry in load_glossary(root)]
+    glossed_in: set[tuple[str, str]] = set()  # (file, word): the gloss is given once a file
+    for where, words, prose in spanish_texts(root):
+        document = where.split(" cell ")[0]
+        for entry, patterns in terms:
+            if entry.get("prose_only") and not prose:
+                continue
+            for pattern in patterns:
+                for found in pattern.finditer(words):
+                    start = max(0, found.start() - 30)
+                    context = _squash(words[start : found.end() + 30])
+                    problems.append(
+                        f"{where}: «{found.group(0)}» — the glossary says «{entry['es']}»"
+                        f" ({entry.get('en', '')}): …{context}…"
+                    )
+            glossed = entry.get("gloss")
+            if glossed and prose and (document, glossed) not in glossed_in:
+                first = _term(re.escape(glossed)).search(words)
+                if first:
+                    glossed_in.add((document, glossed))
+                if first and not _squash(words[: first.end() + 1]).endswith(entry["es"]):
+                    context = _squash(words[max(0, first.start() - 40) : first.end() + 10])
+                    problems.append(
+                        f"{where}: the first «{glossed}» is not glossed as «{entry['es']}»:"
+                        f" …{context}…"
+                    )
+    return problems

@@ -113,7 +113,7 @@ if ! "$PYTHON" -m normlab.grader.gradescope "$WORK" "$LAB" "$HIDDEN/bundle.json"
   > "$WORK/results.json"; then
   echo "normlab: could not write results.json (see above)"
   printf '%s\\n' '{"score": 0, "tests": [], "output": "The grader could not run; please tell' \\
-    'your instructor. / El corrector no pudo ejecutarse; avisa a tu profesor, por favor."}' \\
+    'your instructor. / El calificador no pudo ejecutarse; avisa a tu profesor, por favor."}' \\
     > "$WORK/results.json"
 fi
 cp "$WORK/results.json" "$ROOT/results/results.json"
