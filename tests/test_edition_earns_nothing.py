@@ -298,10 +298,6 @@ def test_the_package_modules_left_out_exist(edition):
 #   arithmetic_intensity and roofline_time;
 # - lab 07 hands its learners, as the baseline its fused kernels are measured against, a
 #   NumPy LayerNorm that is lab 03's layernorm_forward (and earns 4 of layernorm_fused's 5);
-# - labs 01 and 05 build their probes (known-wrong variants) on a NumPy standardization,
-#   which with its default arguments is the right one: computed with F.layer_norm instead,
-#   each probe handed in as a learner's function is refused as library code, and
-#   test_every_probe_fires cannot prove its hint.
 KNOWN = [
     "<edition es/labs/07_cost.ipynb cell 9>: layernorm_naive as 03_layernorm's layernorm_forward",
     "<edition es/labs/07_cost.ipynb cell 9>: layernorm_naive as 06_pre_post_ln's scratch_layernorm",
@@ -309,9 +305,6 @@ KNOWN = [
     "src/normlab/grader/checks/cost.py: oracle_bytes as 07_cost's bytes_moved",
     "src/normlab/grader/checks/cost.py: oracle_intensity as 07_cost's arithmetic_intensity",
     "src/normlab/grader/checks/cost.py: oracle_roofline as 07_cost's roofline_time",
-    "src/normlab/grader/checks/group_instance.py: _normalize as 05_group_instance's normalize_over",
-    "src/normlab/grader/checks/why_normalize.py: _standardized as 01_why_normalize's standardize",
-    "src/normlab/grader/checks/why_normalize.py: _standardized as 03_layernorm's d2_xhat",
 ]
 
 
