@@ -148,12 +148,17 @@ LEARNER_FORM = {
 @pytest.mark.parametrize("stem, function, probe", driven_cases())
 def test_probe_fires_with_its_hint_on_code_with_its_bug(stem, function, probe):
     learner = LEARNER_FORM.get((stem, function), as_learner_function)(probe)
+    # The lab's ban on library norms is lifted: a probe may be built on the library's answer
+    # (it is compared with the learner's output, never graded), and what is proven here is
+    # that its value draws its hint, not what the ban makes of the code that computes it.
+    objects = {function: learner}
     # The checks run only until one fails with the hint; all of them only to explain a failure.
     if any(
-        not r.passed and probe.hint in r.message for r in check_results(stem, {function: learner})
+        not r.passed and probe.hint in r.message
+        for r in check_results(stem, objects, first=function, from_scratch=False)
     ):
         return
-    _, results = notebook.run(lab=stem, **{function: learner})
+    results = list(check_results(stem, objects, from_scratch=False))
     failed = [r for r in results if not r.passed]
     assert failed, f"{function} with the bug {probe.name!r} passes every check"
     assert any(probe.hint in r.message for r in failed), (

@@ -537,3 +537,52 @@ def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, 
         raise CheckFailed(f"{what}: expected a string or a number, found {describe_item(item)}")
     if not accepted(item.array.item()):
         raise CheckFailed(f"{what}: {item.array.item()!r} is not right. {hint}")
+
+
+# ----------------------------------------------------------------------------- keyed numbers
+
+
+@dataclasses.dataclass(frozen=True)
+class Slip:
+    """A known-wrong number stored only as its key: for answers that are the problem itself
+    (a count, a formula's value on fixed inputs), where a probe's ``compute`` would have to hold
+    the right answer to derive the wrong one."""
+
+    name: str
+    hint: str
+
+
+def number_key(function: str, args: tuple, slip: str, value) -> str:
+    """The key of ``value`` as ``function(*args)`` (``slip``: "" for the right answer, else the
+    slip's name): a truncated SHA-256 of the number written with 12 significant digits, salted
+    with the case, so that equal numbers of different cases or slips have different keys."""
+    return keys.digest(format(float(value), ".12g"), f"{function}{args!r}:{slip}")[:16]
+
+
+def expect_keyed(
+    out: Output,
+    function: str,
+    args: tuple,
+    keyring: frozenset[str],
+    slips: Sequence[Slip],
+    *,
+    what: str,
+    hint: str,
+) -> None:
+    """Fail unless the returned number's key for this case is the right answer's in ``keyring``.
+
+    The message never states the right number (the module does not know it); a slip whose key
+    matches says why the answer is wrong, else ``hint`` says how to get it. A number or a 0-d
+    array is accepted.
+    """
+    got = array_of(out, what, kinds=("scalar", "ndarray"))
+    if got.shape != ():
+        raise CheckFailed(f"{what}: shape is {fmt_shape(got.shape)} but should be ()")
+    value = got.item()
+    if number_key(function, args, "", value) in keyring:
+        return
+    found = [slip for slip in slips if number_key(function, args, slip.name, value) in keyring]
+    others = "".join(f"\nOr: {slip.hint}" for slip in found[1:3])
+    raise CheckFailed(
+        f"{what}: {value!r} is not right. {found[0].hint if found else hint}" + others
+    )

@@ -19,6 +19,12 @@ once). The counting rule, stated in the lab: every whole-array operation reads e
 subtract, multiply, divide or square of a full-size array, and one per element for a reduction
 (a sum or mean adds each element once). Timings are never graded: they depend on the machine.
 
+The counts and the roofline bound are the problems' answers, so this module holds no code that
+computes them: each graded case is compared by key (``probes.expect_keyed``) with the right
+number and with each known slip's number, keyed by ``tests/test_cost_checks.py`` from its own
+counting of the lab's code. A wrong number is told why (the slip it matches) or how to count,
+never what the right number is.
+
 The fused norms are graded on what they compute and on where they write, not on how fast they
 run or which tool compiled them: any implementation that returns the right values and fills the
 ``out`` it is given passes. Their probes add the slips of Welford's one-pass update and the
@@ -35,7 +41,7 @@ import numpy as np
 from normlab.grader.cases import F32, Args, Graded, affine_params, tensor64
 from normlab.grader.core import CheckFailed, Lab, ReadBack
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, expect_array, expect_choice
+from normlab.grader.probes import Probe, Slip, expect_array, expect_choice, expect_keyed
 
 LAB = Lab(
     stem="07_cost",
@@ -57,26 +63,22 @@ EPS = 1e-5
 # float32 x = 1e4 + noise: x itself is rounded to ~5e-4, so any float32 centring errs by ~1e-3;
 # the one-pass variance errs by O(1) and is still far outside.
 OFFSET = {"rtol": 1e-3, "atol": 1e-2}
-EXACT = {"rtol": 1e-12, "atol": 0.0}  # counts are integers or ratios of integers
 # float64 x = 1e8 + noise: x carries ~8 digits of its noise, so a right answer errs by ~1e-7;
 # E[x^2] - E[x]^2 in float64 errs by O(1) there.
 OFFSET64 = {"rtol": 1e-5, "atol": 1e-5}
 
-# The counting model, written out once (the lab's table): full-size passes and FLOPs per element.
-PASSES = {
-    ("layernorm", "naive"): 12,  # mean 1, centre 2, square 2, mean 1, divide 2, *gamma 2, +beta 2
-    ("rmsnorm", "naive"): 7,  # square 2, mean 1, divide 2, *gamma 2
-    ("layernorm", "fused"): 2,  # read x, write y
-    ("rmsnorm", "fused"): 2,
-}
-READS = {
-    ("layernorm", "naive"): 7,
-    ("rmsnorm", "naive"): 4,
-    ("layernorm", "fused"): 1,
-    ("rmsnorm", "fused"): 1,
-}
-FLOPS_PER_ELEMENT = {"layernorm": 7, "rmsnorm": 4}
 CASES = [(norm, impl) for norm in ("layernorm", "rmsnorm") for impl in ("naive", "fused")]
+BYTES_CASES = [
+    (norm, impl, n_rows, d, itemsize)
+    for norm, impl in CASES
+    for n_rows, d, itemsize in [(32768, 768, 4), (10, 3, 2)]
+]
+INTENSITY_CASES = [(norm, impl, itemsize) for norm, impl in CASES for itemsize in (4, 2)]
+ROOFLINE_CASES = [
+    (1.0e8, 2.0e8, 6.7e13, 4.8e12),  # a norm on an H200: memory-bound
+    (1.0e12, 1.0e8, 6.7e13, 4.8e12),  # a large matrix product: compute-bound
+    (3.0e9, 1.5e9, 1.0e11, 2.0e10),  # a CPU
+]
 
 
 # ----------------------------------------------------------------------------- oracle
@@ -93,18 +95,6 @@ def oracle_layer(x, gamma, beta, eps, out=None):
 
     d = x.shape[-1]
     return F.layer_norm(tensor64(x), (d,), tensor64(gamma), tensor64(beta), eps).numpy()
-
-
-def oracle_bytes(norm, implementation, n_rows, d, itemsize):
-    return np.asarray(float(PASSES[(norm, implementation)] * n_rows * d * itemsize))
-
-
-def oracle_intensity(norm, implementation, itemsize):
-    return np.asarray(FLOPS_PER_ELEMENT[norm] / (PASSES[(norm, implementation)] * itemsize))
-
-
-def oracle_roofline(flops, bytes_moved, peak_flops, bandwidth):
-    return np.asarray(float(max(flops / peak_flops, bytes_moved / bandwidth)))
 
 
 # ----------------------------------------------------------------------------- norm probes
@@ -312,132 +302,128 @@ FUSED_LAYER_PROBES = [
 ]
 
 
-# ----------------------------------------------------------------------------- counting probes
+# ----------------------------------------------------------------------------- counting slips
 
+# Problems 1 and 2 are answered by numbers: the counts of the code the lab lists, and the
+# roofline's bound on fixed inputs. Code that computed them (a table of passes, the formula)
+# would be the learner's answer, shipped with the student edition; so the module holds only
+# the keys (probes.number_key) of the right number and of each slip's number for every graded
+# case. tests/test_cost_checks.py derives them from its own counting of the lab's code and
+# fails, printing the new ring, when they differ.
 
-def _bytes_variant(per_pass, scale=1):
-    def count(norm, implementation, n_rows, d, itemsize):
-        key = (norm, implementation)
-        return per_pass[key] * n_rows * d * itemsize * scale
-
-    return count
-
-
-def _bytes_swapped(norm, implementation, n_rows, d, itemsize):
-    other = "fused" if implementation == "naive" else "naive"
-    return PASSES[(norm, other)] * n_rows * d * itemsize
-
-
-BYTES_PROBES = [
-    Probe(
+BYTES_SLIPS = [
+    Slip(
         "reads only",
         "This matches counting only the reads. Every operation that produces a full-size array "
         "also writes it to memory: a write costs bandwidth like a read (a copy of x moves "
         "2 * x.nbytes).",
-        _bytes_variant(READS),
     ),
-    Probe(
+    Slip(
         "elements, not bytes",
         "This matches a count of elements. Multiply by the item size (4 bytes for float32, 2 "
         "for bfloat16).",
-        lambda norm, impl, n_rows, d, itemsize: PASSES[(norm, impl)] * n_rows * d,
     ),
-    Probe(
-        "bits, not bytes",
-        "This is 8 times the right count: itemsize is already in bytes.",
-        _bytes_variant(PASSES, 8),
-    ),
-    Probe(
+    Slip("bits, not bytes", "This is 8 times the right count: itemsize is already in bytes."),
+    Slip(
         "reductions counted as read + write",
         "This counts a mean over the last axis as a full-size read AND write. A reduction reads "
         "its (n_rows, d) input once and writes only n_rows numbers, which the rule ignores.",
-        _bytes_variant(
-            {
-                ("layernorm", "naive"): 14,
-                ("rmsnorm", "naive"): 8,
-                ("layernorm", "fused"): 2,
-                ("rmsnorm", "fused"): 2,
-            }
-        ),
     ),
-    Probe(
+    Slip(
         "naive and fused swapped",
         "This is the other implementation's count: the naive code makes many full passes, a "
         "fused kernel exactly two (read x, write y).",
-        _bytes_swapped,
     ),
 ]
+BYTES_HINT = (
+    "Go through the code the lab lists one operation at a time: count the full-size arrays "
+    "each operation reads and the full-size array it writes (a reduction writes nothing of "
+    "full size), then multiply the passes by n_rows * d * itemsize."
+)
 
-
-def _intensity_variant(kind):
-    def intensity(norm, implementation, itemsize):
-        flops = FLOPS_PER_ELEMENT[norm]
-        bytes_per_element = PASSES[(norm, implementation)] * itemsize
-        if kind == "inverted":
-            return bytes_per_element / flops
-        if kind == "flops":
-            return float(flops)
-        if kind == "fused bytes":
-            return flops / (2 * itemsize)
-        if kind == "per pass":
-            return flops / itemsize
-        raise ValueError(kind)
-
-    return intensity
-
-
-INTENSITY_PROBES = [
-    Probe(
+INTENSITY_SLIPS = [
+    Slip(
         "bytes per FLOP",
         "This is bytes / FLOPs, the inverse. Arithmetic intensity is FLOPs per byte moved.",
-        _intensity_variant("inverted"),
     ),
-    Probe(
+    Slip(
         "FLOPs per element",
         "This is the number of FLOPs per element. Divide by the bytes moved per element "
         "(passes * itemsize).",
-        _intensity_variant("flops"),
     ),
-    Probe(
+    Slip(
         "fused bytes for every implementation",
         "This divides by the bytes of a fused kernel (2 * itemsize per element) for the naive "
         "code too: the naive code does the same FLOPs but moves more bytes, so its intensity is "
         "lower.",
-        _intensity_variant("fused bytes"),
     ),
-    Probe(
+    Slip(
         "one pass only",
         "This divides by itemsize alone (one pass). Count every full-size read and write.",
-        _intensity_variant("per pass"),
     ),
 ]
+INTENSITY_HINT = (
+    "Count the FLOPs per element of the code the lab lists (one per elementwise operation and "
+    "one per reduction) and divide by the bytes it moves per element (its full-size passes "
+    "times itemsize)."
+)
 
-
-ROOFLINE_PROBES = [
-    Probe(
+ROOFLINE_SLIPS = [
+    Slip(
         "sum of the two times",
         "This adds compute time and memory time. On the roofline model the two overlap: the "
         "time is the larger of the two, max(flops / peak_flops, bytes / bandwidth).",
-        lambda f, b, p, w: f / p + b / w,
     ),
-    Probe(
+    Slip(
         "smaller of the two times",
         "This is the smaller of the two times; the slower resource sets the pace: take the max.",
-        lambda f, b, p, w: min(f / p, b / w),
     ),
-    Probe(
+    Slip(
         "memory time only",
         "This ignores the compute bound: the time is max(flops / peak_flops, bytes / bandwidth); "
         "a compute-heavy operation can be limited by arithmetic.",
-        lambda f, b, p, w: b / w,
     ),
-    Probe(
+    Slip(
         "compute time only",
         "This ignores memory: the time is max(flops / peak_flops, bytes / bandwidth), and a "
         "normalization layer is limited by bandwidth.",
-        lambda f, b, p, w: f / p,
     ),
 ]
+ROOFLINE_HINT = (
+    "Compute the time the arithmetic takes at peak_flops and the time the bytes take at "
+    "bandwidth; the two overlap, so the slower of them sets the bound."
+)
+
+SLIPS = {
+    "bytes_moved": BYTES_SLIPS,
+    "arithmetic_intensity": INTENSITY_SLIPS,
+    "roofline_time": ROOFLINE_SLIPS,
+}
+KEYRING = frozenset(
+    """
+    00005b2f071bbddf 042e5c96d45b9a94 049d13fe41bfb951 05a367fcbcb3dd4f 07ad5d58b6dc8509
+    07dd5dbe19a006a2 0d962e1781219dda 1279878d1d32ab55 12da5818fd10079e 1443451373990d4d
+    16a9d88d03784030 185dc8875028a81f 18e99a7716146aa8 1acf684e9c6411b0 1b970d361fd96b6a
+    1bc14857117fb253 1fbaadf0f00fe531 20393d118a0b48c2 22c76686353bf276 2560974dce629b02
+    279aa838370ea97c 2c3168ea2ae13239 2d9349d590fb9ee9 31cc130addbcccc8 3352ee08094a4221
+    33f09585e740ff6e 35ba9d7600f0e1d3 36e50518f6f15c09 3998fe2af6b45d49 39a3f8dff50e7d7d
+    3a7110227829f918 3b26c7de2343adbb 3f75cfd6b148a058 40a6e4129d0afe54 453138e8e753ac8b
+    456288acb7cfd3aa 47b7b50c6b384eda 4902c8dc9da4b00f 49b9423cc154c561 4d94ff6b0c560377
+    4dce8a82758069bc 4e0356d91311bc75 4fc83c4fca0254f1 501e3dc63f035b84 52e4f158f1881dcd
+    53a94c6b4822c797 549ac5fd3f7e4a82 57173dd6ff946035 58be215a49e1cdbb 5b047e3b964569f0
+    5e127e1529cd8d4a 61179e7e97bc630a 64259f5b58432b21 653fda6ac021e8da 666064d4e0aa05ca
+    6732ac8c76e514d4 68e0a20af1f50ac0 6bbfab231803db4d 6cd53dd38cde965b 6d5c46edc8abbe23
+    6e57dbbae8dc633c 705143ff535e336b 79ed4210ddbdd94f 7d880b31f6983877 7d8f4ac0646f6257
+    854ae57931f2a361 86d8553bb0b5bafb 8964f2e8e44984e2 8e3a219c52484f0e 8fe5810dc92cd640
+    97e0a69120057cf2 9bf47b713d380822 9e59f471c330db3f a07d9bcf4402be25 a741d7a90acf68a4
+    aba21d471c3b385a b66b4c4906d90bf1 b967c4e77414f5e0 ba94ff3c3c2fa634 bb4b3803351dbd16
+    bb846b36060a783b bc715601c00ada36 bdd69ebb3e807a71 bfce3cc394602e8f c0ce473d67efc85e
+    c209d36424cdb764 c947f0a461d33b4b c999d6ad6a92305d cf73baf0f8177a20 d77c8fe8cbaa6c67
+    d8941462975c9dac dbc9d2b6b32525f7 e3d7cf37a689defe e59f2e06ed7fc4f9 e98d86d4c0759235
+    e99e3bd0bdc0629d e9a1673fad3083f2 f0403e86c1aad23f f624ca77efa6bcd6 f7685f9e88a0bc6e
+    f969ecd57dc57cf7 f9d213d92009bdee fda996401a763560
+    """.split()
+)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -460,41 +446,12 @@ FUSED = {
     "rmsnorm": Graded("rmsnorm_fused", oracle=oracle_rms, probes=RMS_PROBES),
     "layernorm": Graded("layernorm_fused", oracle=oracle_layer, probes=FUSED_LAYER_PROBES),
 }
-COUNTS = {"kinds": ("scalar", "ndarray")}  # a count may come back as a number or a 0-d array
-BYTES = Graded(
-    "bytes_moved",
-    oracle=oracle_bytes,
-    probes=BYTES_PROBES,
-    tol=EXACT,
-    prefix=False,
-    options=COUNTS,
-)
-INTENSITY = Graded(
-    "arithmetic_intensity",
-    oracle=oracle_intensity,
-    probes=INTENSITY_PROBES,
-    tol=EXACT,
-    prefix=False,
-    options=COUNTS,
-)
-ROOFLINE = Graded(
-    "roofline_time",
-    oracle=oracle_roofline,
-    probes=ROOFLINE_PROBES,
-    tol=EXACT,
-    prefix=False,
-    options=COUNTS,
-)
-
 # Every probe of the lab, by the learner's function whose arguments its compute takes.
 PROBES = {
     "rmsnorm_two_pass": RMS_PROBES,
     "layernorm_two_pass": LAYER_PROBES,
     "rmsnorm_fused": RMS_PROBES,
     "layernorm_fused": FUSED_LAYER_PROBES,
-    "bytes_moved": BYTES_PROBES,
-    "arithmetic_intensity": INTENSITY_PROBES,
-    "roofline_time": ROOFLINE_PROBES,
 }
 
 
@@ -741,35 +698,33 @@ def layer_fused_edges(sub):
 # ----------------------------------------------------------------------------- counting checks
 
 
+def _expect_count(sub, function, args, *, what, hint):
+    out = sub.call(function, *args)
+    expect_keyed(out, function, args, KEYRING, SLIPS[function], what=what, hint=hint)
+
+
 @LAB.check("bytes_moved: naive and fused, LayerNorm and RMSNorm", points=2, uses=["bytes_moved"])
 def bytes_cases(sub):
-    for norm, impl in CASES:
-        for n_rows, d, itemsize in [(32768, 768, 4), (10, 3, 2)]:
-            args = (norm, impl, n_rows, d, itemsize)
-            BYTES.expect(sub, Args(*args), what=f"bytes_moved{args}")
+    for args in BYTES_CASES:
+        _expect_count(sub, "bytes_moved", args, what=f"bytes_moved{args}", hint=BYTES_HINT)
 
 
 @LAB.check("arithmetic_intensity in FLOPs per byte", points=2, uses=["arithmetic_intensity"])
 def intensity_cases(sub):
-    for norm, impl in CASES:
-        for itemsize in (4, 2):
-            args = (norm, impl, itemsize)
-            INTENSITY.expect(sub, Args(*args), what=f"arithmetic_intensity{args}")
+    for args in INTENSITY_CASES:
+        what = f"arithmetic_intensity{args}"
+        _expect_count(sub, "arithmetic_intensity", args, what=what, hint=INTENSITY_HINT)
 
 
 @LAB.check("roofline_time: the larger of compute and memory time", points=2, uses=["roofline_time"])
 def roofline_cases(sub):
-    for args in [
-        (1.0e8, 2.0e8, 6.7e13, 4.8e12),  # a norm on an H200: memory-bound
-        (1.0e12, 1.0e8, 6.7e13, 4.8e12),  # a large matrix product: compute-bound
-        (3.0e9, 1.5e9, 1.0e11, 2.0e10),  # a CPU
-    ]:
+    for args in ROOFLINE_CASES:
         what = (
             "roofline_time(flops={:g}, bytes_moved={:g}, peak_flops={:g}, bandwidth={:g})".format(
                 *args
             )
         )
-        ROOFLINE.expect(sub, Args(*args), what=what)
+        _expect_count(sub, "roofline_time", args, what=what, hint=ROOFLINE_HINT)
 
 
 # The misconception each wrong option stands for (the worked solution explains each).

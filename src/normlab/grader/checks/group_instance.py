@@ -144,9 +144,19 @@ def _axes_tuple(axes, ndim):
 
 
 def _normalize(x, axes, eps=EPS, ddof=0, eps_where="inside"):
-    """x_hat over ``axes`` (a tuple); a variant's statistics are chosen by the arguments."""
+    """x_hat over ``axes`` (a tuple); a variant's statistics are chosen by the arguments. The
+    right statistics are the library's: F.layer_norm over ``axes`` moved to the end."""
     x = np.asarray(x, np.float64)
     axes = tuple(axes)
+    if ddof == 0 and eps_where == "inside":
+        import torch
+        import torch.nn.functional as F
+
+        t = torch.movedim(tensor64(x), axes, tuple(range(x.ndim - len(axes), x.ndim)))
+        size = int(np.prod([x.shape[a] for a in axes]))
+        flat = F.layer_norm(t.reshape(*t.shape[: x.ndim - len(axes)], size), (size,), eps=eps)
+        moved = flat.reshape(t.shape)
+        return torch.movedim(moved, tuple(range(x.ndim - len(axes), x.ndim)), axes).numpy()
     count = int(np.prod([x.shape[a] for a in axes]))
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).sum(axis=axes, keepdims=True) / (count - ddof)

@@ -68,9 +68,12 @@ def _phi_derivative(activation: str, z: np.ndarray) -> np.ndarray:
 
 
 def _standardized(z, axis=-1, eps=EPS):
-    mean = z.mean(axis=axis, keepdims=True)
-    var = ((z - mean) ** 2).mean(axis=axis, keepdims=True)
-    return (z - mean) / np.sqrt(var + eps)
+    """z standardized along ``axis`` by the library (F.layer_norm over that axis, no affine)."""
+    import torch
+    import torch.nn.functional as F
+
+    t = torch.movedim(tensor64(z), axis, -1)
+    return torch.movedim(F.layer_norm(t, (t.shape[-1],), eps=eps), -1, axis).numpy()
 
 
 def random_weights(rng, depth, width, gain):
