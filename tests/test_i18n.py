@@ -289,8 +289,7 @@ def test_check_speaks_spanish_with_normlab_lang(default_language, monkeypatch):
     text = _printed(**answers)
     assert text.startswith("LayerNorm: 0/9 puntos\n")
     assert (
-        "  ✗ el pase hacia adelante coincide con torch en entradas aleatorias (N, d)  [0/2]"
-        in text
+        "  ✗ el pase hacia adelante coincide con torch en entradas aleatorias (N, d)  [0/2]" in text
     )
     assert "Por qué: Esto coincide con la varianza insesgada (dividir entre d - 1, ddof=1)." in text
     assert "D1_ANSWER: (c) no es correcta." in text
