@@ -129,6 +129,19 @@ def test_forward_bug_is_caught_with_its_hint(buggy, probe):
     assert HINTS[probe] in messages(results)
 
 
+@pytest.mark.parametrize(
+    "buggy, probe, not_named",
+    [(unbiased, "unbiased variance", "no eps"), (no_eps, "no eps", "unbiased variance")],
+)
+def test_d1_check_names_the_slip_the_other_rows_show(buggy, probe, not_named):
+    # At d = 1 both slips give NaN; the d = 1 check must name the one this function has.
+    (result,) = [r for r in run(layernorm_forward=buggy) if r.name.startswith("forward with d = 1")]
+    assert not result.passed
+    why = [line for line in result.message.splitlines() if line.startswith(("Why:", "Or:"))]
+    assert why and why[0] == f"Why: {HINTS[probe]}"
+    assert not any(HINTS[not_named] in line for line in why), why
+
+
 def np_var_no_keepdims(x, gamma, beta, eps=1e-5):
     return gamma * (x - x.mean(-1)) / np.sqrt(x.var(-1) + eps) + beta
 
@@ -176,7 +189,7 @@ def _backward_with(**changes):
     def buggy(dy, x, gamma, eps=1e-5):
         d = x.shape[-1]
         mu = x.mean(-1, keepdims=True)
-        sigma = np.sqrt(x.var(-1, keepdims=True) + eps)
+        sigma = np.sqrt(x.var(-1, keepdims=True, ddof=changes.get("ddof", 0)) + eps)
         x_hat = (x - mu) / sigma
         lead = tuple(range(x.ndim - 1))
         g = dy * gamma
@@ -206,6 +219,7 @@ def _backward_with(**changes):
         ({"from_x": True}, "dgamma from x"),
         ({"axes": -1}, "summed over the features"),
         ({"axes": 0}, "summed over the first axis only"),
+        ({"ddof": 1}, "unbiased variance in the backward pass"),
     ],
 )
 def test_backward_bug_is_caught_with_its_hint(changes, probe):
@@ -309,10 +323,18 @@ def test_stub_reports_not_implemented_and_does_not_raise():
     assert all("not implemented yet" in r.message for r in results)
 
 
+def nan_only_at_d1(x, gamma, beta, eps=1e-5):
+    y = forward(x, gamma, beta, eps)
+    return y if x.shape[-1] > 1 else y * np.nan
+
+
 def test_two_slips_that_give_the_same_answer_are_both_named():
-    # At d = 1, dividing by d - 1 and forgetting eps both produce NaN: name both.
+    # At d = 1, dividing by d - 1 and forgetting eps both produce NaN; when the other rows do
+    # not tell them apart (this function is right there), name both.
     (d1,) = [
-        r for r in run(layernorm_forward=unbiased) if r.name == "forward with d = 1 returns beta"
+        r
+        for r in run(layernorm_forward=nan_only_at_d1)
+        if r.name == "forward with d = 1 returns beta"
     ]
     assert HINTS["no eps"] in d1.message and HINTS["unbiased variance"] in d1.message
     assert "\nOr: " in d1.message
