@@ -136,6 +136,18 @@ def test_syntax_error_is_reported(class_results):
     assert all("not defined" in c["message"] for c in broken["checks"] if "D1" not in c["name"])
 
 
+@pytest.mark.parametrize("content", [b"", b"  \n\t\n"])
+def test_an_empty_file_is_called_empty_not_truncated(tmp_path, content):
+    path = tmp_path / "03_layernorm.ipynb"
+    path.write_bytes(content)
+    code, data, _ = grade_json(path, extra=["--allow-root"])
+    assert code == 0
+    (result,) = data["submissions"]
+    assert result["score"] == 0 and result["max_score"] == FULL
+    assert result["error"].startswith("not a notebook: the file is empty")
+    assert "JSON" not in result["error"]
+
+
 def test_truncated_json_is_a_clear_error(class_results):
     truncated = class_results["03_layernorm_truncated.ipynb"]
     assert truncated["score"] == 0 and truncated["max_score"] == FULL
