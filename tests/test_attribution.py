@@ -8,16 +8,26 @@ functions, and point at ``layernorm_forward`` (whose own checks fail), not at ``
 from __future__ import annotations
 
 import ast
+import importlib.util
+import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
 from conftest import ROOT
 
 from normlab.grader.attribution import LEARNER_CODE, called_names, learner_cells_message
+from normlab.grader.core import CheckResult
 from normlab.grader.grade import grade_notebook
 from normlab.grader.isolation.wire import CellError
 from normlab.grader.registry import get_lab
-from normlab.grader.report import feedback_html, feedback_markdown, to_csv, to_table
+from normlab.grader.report import (
+    SubmissionResult,
+    feedback_html,
+    feedback_markdown,
+    to_csv,
+    to_table,
+)
 
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
@@ -88,3 +98,47 @@ def test_message_uses_only_valid_cell_indices_and_caps_its_length():
     assert "It calls your `layernorm_forward`" in text
     assert "- A code cell raised ValueError" in text and len(text) < 1200
     assert called_names("def f(:", {"f"}) == []
+
+
+@pytest.fixture(scope="module")
+def narrow_page():
+    """A page of headless Chromium 480 CSS pixels wide (a phone, a narrow side panel)."""
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("Playwright is not installed: pip install -e '.[site]'")
+    executable = next(
+        (c for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(c).exists()),
+        shutil.which("chromium"),
+    )
+    if executable is None:
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        yield browser.new_page(viewport={"width": 480, "height": 800})
+        browser.close()
+
+
+def test_html_feedback_wraps_a_stopped_cell_and_long_messages_in_a_narrow_window(narrow_page):
+    lab = get_lab("03_layernorm")
+    cells = ["y = layernorm_forward(x, g, b)\nassert False"]
+    relative = "relative errors {'dx': 0.05573202770540662, 'dgamma': 0.05572774768905761}"
+    errors = [CellError(0, "AssertionError", f"layernorm_backward: {relative} " * 3)]
+    long_token = "x_hat_" + "0" * 150
+    checks = [CheckResult("forward", 0, 2, False, f"layernorm_forward: {long_token} is wrong")]
+    result = SubmissionResult(
+        "03_layernorm.ipynb",
+        "03_layernorm",
+        0,
+        16,
+        learner_cells_message(errors, cells, lab, []),
+        checks,
+        student="alice",
+    )
+    narrow_page.set_content(feedback_html(result))
+    widths = narrow_page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], f"the page scrolls sideways: {widths[0]} > {widths[1]} px"
