@@ -85,6 +85,33 @@ def test_table_prints_every_line_of_a_failed_check(tmp_path):
             assert line in table
 
 
+def test_a_stopped_cell_is_named_by_what_jupyterlab_shows_its_first_line():
+    # JupyterLab shows no cell numbers (beside a cell is its execution count, changed by every
+    # run): the message quotes the cell's first line, which the learner sees and Ctrl+F finds.
+    lab = get_lab("03_layernorm")
+    cells = [
+        "import numpy as np",
+        "\n\n# compare with beta\ny = layernorm_forward(x, g, b)\nassert False",
+        "# compare with beta\nz = 1",
+        "  \n",
+        "print(`a`)",
+    ]
+    errors = [CellError(i, "ValueError", "boom") for i in (1, 2, 3, 4)]
+    lines = learner_cells_message(errors, cells, lab, []).splitlines()[1:]
+    assert lines[0].startswith(
+        "- The cell that starts `# compare with beta` (number 1 of the 2 that start so) raised"
+    )
+    assert lines[1].startswith(
+        "- The cell that starts `# compare with beta` (number 2 of the 2 that start so) raised"
+    )
+    assert lines[2].startswith("- An empty code cell raised ValueError")
+    assert "code cell 2" not in " ".join(lines).lower()
+    errors = [CellError(4, "ValueError", "boom")]
+    assert "- The cell that starts `print('a')` raised" in learner_cells_message(
+        errors, cells, lab, []
+    )
+
+
 def test_message_uses_only_valid_cell_indices_and_caps_its_length():
     lab = get_lab("03_layernorm")
     cells = ["y = layernorm_forward(x, g, b)\nassert False, 'compared y with beta'"]
@@ -94,7 +121,10 @@ def test_message_uses_only_valid_cell_indices_and_caps_its_length():
         CellError(-1, "", ""),
     ]
     text = learner_cells_message(errors, cells, lab, [])
-    assert "- Code cell 1 failed its assertion: compared y with beta" in text
+    assert (
+        "- The cell that starts `y = layernorm_forward(x, g, b)` failed its assertion: "
+        "compared y with beta"
+    ) in text
     assert "It calls your `layernorm_forward`" in text
     assert "- A code cell raised ValueError" in text and len(text) < 1200
     assert called_names("def f(:", {"f"}) == []
