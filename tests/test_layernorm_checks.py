@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import told
 
 from normlab.grader import notebook
 from normlab.grader.checks import layernorm as ln
+from normlab.grader.report import CheckReport
 
 HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES + ln.BACKWARD_PROBES}
 FORWARD_HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES}
@@ -135,9 +137,15 @@ def test_forward_bug_is_caught_with_its_hint(buggy, probe):
 )
 def test_d1_check_names_the_slip_the_other_rows_show(buggy, probe, not_named):
     # At d = 1 both slips give NaN; the d = 1 check must name the one this function has.
-    (result,) = [r for r in run(layernorm_forward=buggy) if r.name.startswith("forward with d = 1")]
+    results = run(layernorm_forward=buggy)
+    (result,) = [r for r in results if r.name.startswith("forward with d = 1")]
     assert not result.passed
-    why = [line for line in result.message.splitlines() if line.startswith(("Why:", "Or:"))]
+    # the d = 1 check's own reasons, or those of the earlier check it refers to
+    why = [
+        line
+        for line in told(results, result.name).splitlines()
+        if line.startswith(("Why:", "Or:")) and not line.endswith("above.")
+    ]
     assert why and why[0] == f"Why: {HINTS[probe]}"
     assert not any(HINTS[not_named] in line for line in why), why
 
@@ -148,12 +156,10 @@ def np_var_no_keepdims(x, gamma, beta, eps=1e-5):
 
 def test_np_var_without_keepdims_is_explained_on_square_and_d1_inputs():
     results = run(layernorm_forward=np_var_no_keepdims)
-    by_name = {r.name: r.message for r in results}
-    assert (
-        HINTS["statistics without keepdims"]
-        in by_name["forward matches torch on random (N, d) inputs"]
+    assert HINTS["statistics without keepdims"] in told(
+        results, "forward matches torch on random (N, d) inputs"
     )
-    assert HINTS["statistics without keepdims"] in by_name["forward with d = 1 returns beta"]
+    assert HINTS["statistics without keepdims"] in told(results, "forward with d = 1 returns beta")
 
 
 def test_no_keepdims_on_non_square_input_explains_broadcasting():
@@ -522,9 +528,9 @@ def test_float32_inside_float64_outside_is_called_a_precision_problem():
     results = run(**llmc_functions(np.float32))
     failed = {r.name: r.message for r in results if not r.passed}
     precision = "Why: precision, not the formula. Every value returned is a float32 number"
-    assert precision in failed["forward matches torch on random (N, d) inputs"]
-    assert precision in failed["backward: dx matches autograd"]
-    assert precision in failed["backward: dgamma and dbeta match autograd"]
+    assert precision in told(results, "forward matches torch on random (N, d) inputs")
+    assert precision in told(results, "backward: dx matches autograd")
+    assert precision in told(results, "backward: dgamma and dbeta match autograd")
     for message in failed.values():
         assert "matches the unbiased" not in message and "eps outside" not in message
 
@@ -571,3 +577,40 @@ def test_nan_in_backward_says_where_it_appears():
 
     message = messages(run(layernorm_backward=variance_from_unbiased))
     assert "x has d = 1 feature per row" in message
+
+
+def test_a_reason_is_given_in_full_once_then_referred_to():
+    # An unbiased variance fails the six forward checks; its paragraph is said once, by the
+    # first, and the others refer to that check (in check()'s report and in Spanish alike).
+    results = run(layernorm_forward=unbiased)
+    hint = HINTS["unbiased variance"]
+    full = [r.name for r in results if f"Why: {hint}" in r.message.splitlines()]
+    assert full == ["forward matches torch on random (N, d) inputs"]
+    referring = [r for r in results if "Why: as in “forward matches torch" in r.message]
+    assert len(referring) >= 3
+    assert all(hint in told(results, r.name) for r in referring)
+    report = CheckReport("Checks", results, "en")
+    # said once on its own (the two-slips line of the float32 check quotes it as one of two)
+    assert str(report).count(hint) - str(report).count(f") {hint}") == 1
+    spanish = str(CheckReport("Checks", results, "es"))
+    assert "Por qué: como en «la pasada hacia delante coincide con torch" in spanish
+
+
+def test_a_reason_that_was_one_of_several_is_not_referred_to_ambiguously():
+    from normlab.grader.core import CheckResult, say_reasons_once
+
+    results = say_reasons_once(
+        [
+            CheckResult("first", 0, 1, False, "wrong\nWhy: A\nOr: B"),
+            CheckResult("second", 0, 1, False, "wrong\nWhy: B"),
+            CheckResult("third", 0, 1, False, "wrong again\nWhy: A\nOr: B"),
+            CheckResult("fourth", 0, 1, False, "still wrong\nWhy: B"),
+        ]
+    )
+    assert [r.message for r in results] == [
+        "wrong\nWhy: A\nOr: B",
+        "wrong\nWhy: B",  # "as in “first”" would not say which of its two reasons
+        "wrong again\nWhy: as in “first” above.",
+        "still wrong\nWhy: as in “second” above.",
+    ]
+    assert say_reasons_once(results) == results
