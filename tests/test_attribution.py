@@ -13,12 +13,14 @@ import shutil
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, grade_json
 
 from normlab.grader.attribution import LEARNER_CODE, called_names, learner_cells_message
 from normlab.grader.core import CheckResult
 from normlab.grader.grade import grade_notebook
+from normlab.grader.isolation.sandbox import bwrap_available
 from normlab.grader.isolation.wire import CellError
 from normlab.grader.registry import get_lab
 from normlab.grader.report import (
@@ -172,3 +174,42 @@ def test_html_feedback_wraps_a_stopped_cell_and_long_messages_in_a_narrow_window
         "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     )
     assert widths[0] <= widths[1], f"the page scrolls sideways: {widths[0]} > {widths[1]} px"
+
+
+def _sigma_cell_with(forward):
+    """Run lab 03's cell "σ → 0: why ε sits inside the root" with ``forward`` as the learner's."""
+    notebook = nbformat.read(ROOT / "labs" / "03_layernorm.ipynb", as_version=4)
+    (cell,) = [c for c in notebook.cells if c.get("id") == "1cd8bf2b"]
+    exec(compile(cell.source, "sigma_cell", "exec"), {"np": np, "layernorm_forward": forward})
+
+
+def _layernorm(eps_where):
+    def forward(x, gamma, beta, eps=1e-5):
+        centred = x - x.mean(axis=-1, keepdims=True)
+        var = (centred**2).mean(axis=-1, keepdims=True)
+        root = {"inside": np.sqrt(var + eps), "outside": np.sqrt(var) + eps}[eps_where]
+        return gamma * centred / root + beta
+
+    return forward
+
+
+def test_the_sigma_to_zero_cell_stops_when_eps_is_outside_the_root(capsys):
+    _sigma_cell_with(_layernorm("inside"))
+    with pytest.raises(AssertionError, match="eps goes inside the root"):
+        _sigma_cell_with(_layernorm("outside"))
+
+
+@pytest.mark.isolation
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) is not installed")
+def test_the_same_notebook_reports_the_same_stopped_cells_with_and_without_the_sandbox(tmp_path):
+    # The lab's own comparisons with PyTorch stop on its stand-in in both modes and are left
+    # out of the error; every other stopped cell is reported alike.
+    path = wrong_forward_lab(tmp_path)
+    errors = {}
+    for mode in ("--sandbox", "--no-sandbox"):
+        code, data, stderr = grade_json(path, extra=[mode, "--allow-root", "--force"])
+        assert code == 0, stderr
+        (result,) = data["submissions"]
+        errors[mode] = result["error"]
+    assert errors["--sandbox"].startswith(LEARNER_CODE), errors
+    assert errors["--sandbox"] == errors["--no-sandbox"]
