@@ -14,6 +14,7 @@ import functools
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -252,3 +253,21 @@ def check_results(stem: str, objects: dict, first: str | None = None, from_scrat
     chosen = [check for check in lab.checks if set(check.uses) & set(objects)]
     chosen.sort(key=lambda check: first not in check.uses)
     return (core.run_check(check, guarded) for check in chosen)
+
+
+# "Why: as in “<check>” above.": a reason that an earlier check of the report gave in full.
+_REFERENCE = re.compile(r"^(?:Why|Or|Hint): as in “(.+)” above\.$", re.MULTILINE)
+
+
+def told(results, name: str) -> str:
+    """What check ``name`` tells the learner: its message, then the message of each earlier
+    check it refers to for a reason ("Why: as in “...” above.")."""
+    messages = {result.name: result.message for result in results}
+    text, seen, pending = messages[name], {name}, _REFERENCE.findall(messages[name])
+    while pending:
+        earlier = pending.pop(0)
+        if earlier not in seen:
+            seen.add(earlier)
+            text += "\n" + messages[earlier]
+            pending += _REFERENCE.findall(messages[earlier])
+    return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import told
 
 from normlab.grader import notebook
 from normlab.grader.checks import cost
@@ -350,7 +351,7 @@ def test_one_sweep_variance_is_caught_at_the_offset_only(accumulator):
     results = {r.name: r for r in run(layernorm_fused=one_sweep_layer(accumulator))}
     offset = results[FUSED_LAYER_CHECKS[1]]
     assert "offset" in offset.name and not offset.passed
-    assert cost.CANCELLATION_HINT in offset.message
+    assert cost.CANCELLATION_HINT in told(list(results.values()), offset.name)
     if accumulator is np.float64:  # without an offset, float64 sums are accurate enough
         assert results[FUSED_LAYER_CHECKS[0]].passed
 

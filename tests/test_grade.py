@@ -115,6 +115,21 @@ def test_correct_and_buggy(class_results):
     assert any("Put eps inside the root" in c["message"] for c in buggy["checks"])
 
 
+def test_each_reason_is_given_in_full_by_one_check_only(class_results):
+    # eps outside the root fails several forward checks: its hint is said by the first alone,
+    # the others refer to it by name
+    buggy = class_results["03_layernorm_buggy.ipynb"]["checks"]
+    reasons = [
+        line
+        for check in buggy
+        for line in check["message"].splitlines()
+        if line.startswith(("Why: ", "Or: ")) and not line.endswith(" above.")
+    ]
+    assert len(reasons) == len(set(reasons)), reasons
+    first = next(c["name"] for c in buggy if "Put eps inside the root" in c["message"])
+    assert sum(f"Why: as in “{first}” above." in c["message"] for c in buggy) >= 2
+
+
 def test_endless_loop_costs_only_that_function(class_results):
     loop = class_results["03_layernorm_loop.ipynb"]
     assert loop["score"] == 0
@@ -134,6 +149,18 @@ def test_syntax_error_is_reported(class_results):
     broken = class_results["03_layernorm_syntax.ipynb"]
     assert broken["score"] == 0 and "SyntaxError" in broken["error"]
     assert all("not defined" in c["message"] for c in broken["checks"] if "D1" not in c["name"])
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\t\n"])
+def test_an_empty_file_is_called_empty_not_truncated(tmp_path, content):
+    path = tmp_path / "03_layernorm.ipynb"
+    path.write_bytes(content)
+    code, data, _ = grade_json(path, extra=["--allow-root"])
+    assert code == 0
+    (result,) = data["submissions"]
+    assert result["score"] == 0 and result["max_score"] == FULL
+    assert result["error"].startswith("not a notebook: the file is empty")
+    assert "JSON" not in result["error"]
 
 
 def test_truncated_json_is_a_clear_error(class_results):

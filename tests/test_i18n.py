@@ -361,7 +361,7 @@ def _result(**changes) -> report.SubmissionResult:
         max_score=16,
         checks=checks,
         error="Your code stopped in 1 cell (a problem in the notebook's code, not in the grader):\n"
-        "- Code cell 2 failed its assertion: compared.",
+        "- The cell that starts `y = layernorm_forward(x)` failed its assertion: compared.",
         student="ana",
         findings=["a finding"],
         isolation="processes",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import told
 
 from normlab.grader import notebook
 from normlab.grader.checks import layernorm as ln
+from normlab.grader.report import CheckReport
 
 HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES + ln.BACKWARD_PROBES}
 FORWARD_HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES}
@@ -129,18 +131,35 @@ def test_forward_bug_is_caught_with_its_hint(buggy, probe):
     assert HINTS[probe] in messages(results)
 
 
+@pytest.mark.parametrize(
+    "buggy, probe, not_named",
+    [(unbiased, "unbiased variance", "no eps"), (no_eps, "no eps", "unbiased variance")],
+)
+def test_d1_check_names_the_slip_the_other_rows_show(buggy, probe, not_named):
+    # At d = 1 both slips give NaN; the d = 1 check must name the one this function has.
+    results = run(layernorm_forward=buggy)
+    (result,) = [r for r in results if r.name.startswith("forward with d = 1")]
+    assert not result.passed
+    # the d = 1 check's own reasons, or those of the earlier check it refers to
+    why = [
+        line
+        for line in told(results, result.name).splitlines()
+        if line.startswith(("Why:", "Or:")) and not line.endswith("above.")
+    ]
+    assert why and why[0] == f"Why: {HINTS[probe]}"
+    assert not any(HINTS[not_named] in line for line in why), why
+
+
 def np_var_no_keepdims(x, gamma, beta, eps=1e-5):
     return gamma * (x - x.mean(-1)) / np.sqrt(x.var(-1) + eps) + beta
 
 
 def test_np_var_without_keepdims_is_explained_on_square_and_d1_inputs():
     results = run(layernorm_forward=np_var_no_keepdims)
-    by_name = {r.name: r.message for r in results}
-    assert (
-        HINTS["statistics without keepdims"]
-        in by_name["forward matches torch on random (N, d) inputs"]
+    assert HINTS["statistics without keepdims"] in told(
+        results, "forward matches torch on random (N, d) inputs"
     )
-    assert HINTS["statistics without keepdims"] in by_name["forward with d = 1 returns beta"]
+    assert HINTS["statistics without keepdims"] in told(results, "forward with d = 1 returns beta")
 
 
 def test_no_keepdims_on_non_square_input_explains_broadcasting():
@@ -176,7 +195,7 @@ def _backward_with(**changes):
     def buggy(dy, x, gamma, eps=1e-5):
         d = x.shape[-1]
         mu = x.mean(-1, keepdims=True)
-        sigma = np.sqrt(x.var(-1, keepdims=True) + eps)
+        sigma = np.sqrt(x.var(-1, keepdims=True, ddof=changes.get("ddof", 0)) + eps)
         x_hat = (x - mu) / sigma
         lead = tuple(range(x.ndim - 1))
         g = dy * gamma
@@ -206,6 +225,7 @@ def _backward_with(**changes):
         ({"from_x": True}, "dgamma from x"),
         ({"axes": -1}, "summed over the features"),
         ({"axes": 0}, "summed over the first axis only"),
+        ({"ddof": 1}, "unbiased variance in the backward pass"),
     ],
 )
 def test_backward_bug_is_caught_with_its_hint(changes, probe):
@@ -309,10 +329,18 @@ def test_stub_reports_not_implemented_and_does_not_raise():
     assert all("not implemented yet" in r.message for r in results)
 
 
+def nan_only_at_d1(x, gamma, beta, eps=1e-5):
+    y = forward(x, gamma, beta, eps)
+    return y if x.shape[-1] > 1 else y * np.nan
+
+
 def test_two_slips_that_give_the_same_answer_are_both_named():
-    # At d = 1, dividing by d - 1 and forgetting eps both produce NaN: name both.
+    # At d = 1, dividing by d - 1 and forgetting eps both produce NaN; when the other rows do
+    # not tell them apart (this function is right there), name both.
     (d1,) = [
-        r for r in run(layernorm_forward=unbiased) if r.name == "forward with d = 1 returns beta"
+        r
+        for r in run(layernorm_forward=nan_only_at_d1)
+        if r.name == "forward with d = 1 returns beta"
     ]
     assert HINTS["no eps"] in d1.message and HINTS["unbiased variance"] in d1.message
     assert "\nOr: " in d1.message
@@ -500,9 +528,9 @@ def test_float32_inside_float64_outside_is_called_a_precision_problem():
     results = run(**llmc_functions(np.float32))
     failed = {r.name: r.message for r in results if not r.passed}
     precision = "Why: precision, not the formula. Every value returned is a float32 number"
-    assert precision in failed["forward matches torch on random (N, d) inputs"]
-    assert precision in failed["backward: dx matches autograd"]
-    assert precision in failed["backward: dgamma and dbeta match autograd"]
+    assert precision in told(results, "forward matches torch on random (N, d) inputs")
+    assert precision in told(results, "backward: dx matches autograd")
+    assert precision in told(results, "backward: dgamma and dbeta match autograd")
     for message in failed.values():
         assert "matches the unbiased" not in message and "eps outside" not in message
 
@@ -549,3 +577,40 @@ def test_nan_in_backward_says_where_it_appears():
 
     message = messages(run(layernorm_backward=variance_from_unbiased))
     assert "x has d = 1 feature per row" in message
+
+
+def test_a_reason_is_given_in_full_once_then_referred_to():
+    # An unbiased variance fails the six forward checks; its paragraph is said once, by the
+    # first, and the others refer to that check (in check()'s report and in Spanish alike).
+    results = run(layernorm_forward=unbiased)
+    hint = HINTS["unbiased variance"]
+    full = [r.name for r in results if f"Why: {hint}" in r.message.splitlines()]
+    assert full == ["forward matches torch on random (N, d) inputs"]
+    referring = [r for r in results if "Why: as in “forward matches torch" in r.message]
+    assert len(referring) >= 3
+    assert all(hint in told(results, r.name) for r in referring)
+    report = CheckReport("Checks", results, "en")
+    # said once on its own (the two-slips line of the float32 check quotes it as one of two)
+    assert str(report).count(hint) - str(report).count(f") {hint}") == 1
+    spanish = str(CheckReport("Checks", results, "es"))
+    assert "Por qué: como en «la pasada hacia delante coincide con torch" in spanish
+
+
+def test_a_reason_that_was_one_of_several_is_not_referred_to_ambiguously():
+    from normlab.grader.core import CheckResult, say_reasons_once
+
+    results = say_reasons_once(
+        [
+            CheckResult("first", 0, 1, False, "wrong\nWhy: A\nOr: B"),
+            CheckResult("second", 0, 1, False, "wrong\nWhy: B"),
+            CheckResult("third", 0, 1, False, "wrong again\nWhy: A\nOr: B"),
+            CheckResult("fourth", 0, 1, False, "still wrong\nWhy: B"),
+        ]
+    )
+    assert [r.message for r in results] == [
+        "wrong\nWhy: A\nOr: B",
+        "wrong\nWhy: B",  # "as in “first”" would not say which of its two reasons
+        "wrong again\nWhy: as in “first” above.",
+        "still wrong\nWhy: as in “second” above.",
+    ]
+    assert say_reasons_once(results) == results

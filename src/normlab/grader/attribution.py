@@ -76,7 +76,7 @@ def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
     parts = []
     for error in errors[:_SHOWN]:
         index = _cell_index(error, cells)
-        where = f"code cell {index + 1}" if index is not None else "a code cell"
+        where = cell_label(cells, index) if index is not None else "a code cell"
         kind = _text(error.error_type, 60) or "an error"
         message = _text(error.message)
         if kind == "AssertionError":
@@ -103,6 +103,34 @@ def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
         "(a problem in the notebook's code, not in the grader):"
     )
     return "\n".join([header, *parts])
+
+
+_QUOTED_CHARS = 60
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip():
+            return _text(line.replace("`", "'"), _QUOTED_CHARS)
+    return ""
+
+
+def cell_label(cells: list[str], index: int) -> str:
+    """A code cell as a learner finds it in JupyterLab: by its first line, e.g. "the cell that
+    starts `y = layernorm_forward(x)`", and which of them when several start so.
+
+    JupyterLab numbers no cell: the number beside a cell is its execution count, which changes
+    with every run, and a count of code cells alone matches nothing on the screen. The first
+    line is what the learner sees, and what JupyterLab's search (Ctrl+F) finds.
+    """
+    first = _first_line(cells[index])
+    if not first:
+        return "an empty code cell"
+    alike = [i for i, source in enumerate(cells) if _first_line(source) == first]
+    where = f"the cell that starts `{first}`"
+    if len(alike) > 1:
+        where += f" (number {alike.index(index) + 1} of the {len(alike)} that start so)"
+    return where
 
 
 def _and(names: list[str]) -> str:

@@ -19,8 +19,24 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from normlab.grader.core import AsTorch, CheckFailed, Output, RaisedError, ReadBack, Submission
-from normlab.grader.probes import Deferred, Probe, evaluate, expect_array, expect_items
+from normlab.grader.core import (
+    AsTorch,
+    CheckFailed,
+    Output,
+    RaisedError,
+    ReadBack,
+    Submission,
+    SubmissionError,
+)
+from normlab.grader.probes import (
+    Deferred,
+    Probe,
+    array_of,
+    evaluate,
+    expect_array,
+    expect_items,
+    matching_probes,
+)
 
 # ----------------------------------------------------------------------------- tolerances
 
@@ -120,6 +136,23 @@ class Graded:
                 if text in str(error):
                     raise CheckFailed(f"{error}\nWhy: {why}") from None
             raise
+
+    def slips(self, sub: Submission, args: Args, out: Output | None = None) -> list[Probe]:
+        """The probes whose output the learner's answer for ``args`` matches, in order.
+
+        Empty when the answer is right, is not an array, or the call raises. For a function
+        returning one array (no ``items``); ``out``: the answer, when the check has it already.
+        """
+        try:
+            out = self.call(sub, args) if out is None else out
+            got = array_of(out, self.name).astype(np.float64)
+        except (SubmissionError, CheckFailed):
+            return []
+        expected = np.asarray(args.apply(self.oracle), dtype=np.float64)
+        with np.errstate(all="ignore"):
+            if got.shape == expected.shape and np.allclose(got, expected, **self.tol):
+                return []
+        return matching_probes(got, args.evaluate(self.probes), None, **self.tol)
 
     def expect(
         self,

@@ -327,4 +327,51 @@ def run_checks(
     """Run the lab's checks (only those that use ``names``, if given) in order."""
     guarded = ForbiddenGuard(submission, lab)
     selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
-    return [run_check(check, guarded) for check in selected]
+    return say_reasons_once([run_check(check, guarded) for check in selected])
+
+
+# A reason line of a message ("Why: ...", "Or: ...", "Hint: ..."), and what replaces one that an
+# earlier check of the same report gave in full.
+_REASON = re.compile(r"(?P<prefix>Why|Or|Hint): (?P<reason>.+)")
+SAME_REASON = "{prefix}: as in “{check}” above."
+
+
+def say_reasons_once(results: list[CheckResult]) -> list[CheckResult]:
+    """The results with each reason given in full once: by the first check that gives it.
+
+    One slip fails several checks (an unbiased variance fails six of lab 03's), and each would
+    repeat the same paragraph. A later check whose reasons are all those of one earlier check
+    says "Why: as in “<that check>” above." instead; a single reason that an earlier check gave
+    as its only one is referred to the same way. A reference never leaves open which reason it
+    means, so a reason that was one of several stays in full otherwise. Results are in the
+    order every report shows them; idempotent.
+    """
+    reasons_of: dict[str, list[str]] = {}  # a check's reasons, in order
+    sole: dict[str, str] = {}  # a reason -> the first check that gave it as its only one
+    said = []
+    for result in results:
+        if result.passed or not result.message:
+            said.append(result)
+            continue
+        lines = result.message.split("\n")
+        matches = [_REASON.fullmatch(line) for line in lines]
+        reasons = [m.group("reason") for m in matches if m]
+        same = next((name for name, rs in reasons_of.items() if reasons and rs == reasons), None)
+        kept, referred = [], False
+        for line, match in zip(lines, matches, strict=True):
+            if match and same is not None:
+                if not referred:
+                    kept.append(SAME_REASON.format(prefix="Why", check=same))
+                    referred = True
+                continue
+            if match and match.group("reason") in sole:
+                line = SAME_REASON.format(
+                    prefix=match.group("prefix"), check=sole[match.group("reason")]
+                )
+            kept.append(line)
+        if reasons and result.name not in reasons_of:
+            reasons_of[result.name] = reasons
+            if len(reasons) == 1:
+                sole.setdefault(reasons[0], result.name)
+        said.append(dataclasses.replace(result, message="\n".join(kept)))
+    return said

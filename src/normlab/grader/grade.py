@@ -112,6 +112,12 @@ def json_depth(raw: bytes) -> int:
     return int(np.cumsum(steps).max())
 
 
+EMPTY_FILE = (
+    "not a notebook: the file is empty (no bytes, or only blank space); save the notebook in "
+    "Jupyter and hand in the saved file again"
+)
+
+
 def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
     """The code cells' sources and the notebook metadata from a notebook's bytes.
 
@@ -124,6 +130,8 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("not a notebook: the file is not UTF-8 text") from None
+    if not text.strip():
+        raise ValueError(EMPTY_FILE)
     if json_depth(raw) > limits.max_json_depth:
         raise ValueError(
             f"not a valid notebook: its JSON nests more than {limits.max_json_depth} levels deep"

@@ -79,7 +79,10 @@ class CheckReport:
             if result.message:
                 text = i18n.translate(result.message, self.lang)
                 body = _html(text).replace("\n", "<br>")
-                message = f'<div style="margin:2px 0 6px 1.6em;color:#444">{body}</div>'
+                message = (
+                    '<div style="margin:2px 0 6px 1.6em;color:#444;overflow-wrap:anywhere">'
+                    f"{body}</div>"
+                )
             rows.append(
                 f'<div><span style="color:{tint};font-weight:bold">{mark}</span> '
                 f'{_html(i18n.translate(result.name, self.lang))} <span style="color:#666">'
@@ -358,7 +361,9 @@ def feedback_html(result: SubmissionResult, lang: str | None = None) -> str:
     if result.error:
         heading = html.escape(error_heading(result.error, lang))
         text = _html(i18n.translate(result.error, lang))
-        error = f"<p><b>{heading}</b></p><pre>{text}</pre>"
+        # a long line of the stopped cell's message wraps instead of widening the page
+        wrapped = "white-space:pre-wrap;overflow-wrap:anywhere"
+        error = f'<p><b>{heading}</b></p><pre style="{wrapped}">{text}</pre>'
     if result.findings:
         items = "".join(f"<li>{_html(f)}</li>" for f in result.findings)
         error += f"<p><b>{html.escape(i18n.text(_FINDINGS, lang))}</b></p><ul>{items}</ul>"

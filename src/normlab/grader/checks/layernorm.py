@@ -15,6 +15,8 @@ are known-wrong variants, each with the hint that explains it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from normlab.grader.cases import Args, Graded, affine_params, rows_with_varied_scale, tensor64
@@ -172,11 +174,12 @@ def _backward_variant(
     swap=False,
     dgamma_from_x=False,
     with_eps=True,
+    ddof=0,
 ):
     def backward(dy, x, gamma, eps):
         x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
         eps = eps if with_eps else 0.0
-        mean, var = _stats(x)
+        mean, var = _stats(x, ddof=ddof)
         inv_std = 1.0 / np.sqrt(var + eps)
         xhat = (x - mean) * inv_std
         g = dy * gamma if use_gamma else dy
@@ -247,6 +250,14 @@ BACKWARD_PROBES = [
         "This matches a backward pass with sigma = sqrt(var), without eps: a constant row then "
         "gives 0/0. Use the forward pass's sigma = sqrt(var + eps) throughout.",
         _backward_variant(with_eps=False),
+    ),
+    Probe(
+        "unbiased variance in the backward pass",
+        "This matches a backward pass built on the unbiased variance (dividing by d - 1, "
+        "ddof=1). The forward pass divides by d (the population variance of the row), and the "
+        "backward pass differentiates that forward: compute sigma and x_hat with np.var's "
+        "default, ddof=0.",
+        _backward_variant(ddof=1),
     ),
     *eps_ignored(_backward_variant(), "LayerNorm backward pass"),
 ]
@@ -334,7 +345,19 @@ def forward_d1(sub):
     rng = np.random.default_rng(34)
     x = rng.normal(size=(5, 1)) * 10
     gamma, beta = np.array([2.0]), np.array([0.7])
-    FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what="d = 1, x of shape (5, 1)")
+    args = Args(x, gamma, beta, eps=EPS)
+    out = FORWARD.call(sub, args)
+    graded = FORWARD
+    here = FORWARD.slips(sub, args, out)
+    if len(here) > 1:
+        # At d = 1 several slips give the same NaN (no eps; an unbiased variance, 0/0): the
+        # answer on rows with d = 8 tells them apart, and only the slip it shows is named.
+        wide = rows_with_varied_scale(rng, (4, 8))
+        elsewhere = FORWARD.slips(sub, Args(wide, *affine_params(rng, 8), eps=EPS))
+        told = [probe for probe in here if probe in elsewhere]
+        if told:
+            graded = dataclasses.replace(FORWARD, probes=told)
+    graded.expect(sub, args, what="d = 1, x of shape (5, 1)", out=out)
 
 
 @LAB.check(
