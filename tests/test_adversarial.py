@@ -685,6 +685,10 @@ def test_every_reply_field_is_checked_by_type():
             wire.parse_load_reply(header, [], 1)
     with pytest.raises(wire.ProtocolError):  # a load reply carries no arrays
         wire.parse_load_reply(good, [np.zeros(3)], 1)
+    assert wire.parse_hung(dict(good, hung={"f": 0}), {"f"}, 1) == {"f": 0}
+    for hung in ([["f", 0]], {"g": 0}, {"f": 1}, {"f": True}, {"f": "0"}):
+        with pytest.raises(wire.ProtocolError):
+            wire.parse_hung(dict(good, hung=hung), {"f"}, 1)
     call = {"ok": True, "tuple": False, "items": [{"kind": "ndarray", "array": 0}]}
     assert wire.parse_call_reply("f", call, [np.ones(2)]).items[0].array.shape == (2,)
     for header in (
@@ -1007,6 +1011,40 @@ def test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline(mode)
         finally:
             if server is not None:
                 server.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_function_that_hung_in_a_cell_stays_stopped_after_a_restart(mode):
+    """A function that ran out of time in a cell is not run again by the cells after it, nor
+    by a restarted child's run of the same cells: there its first caller stops at once
+    (``NotRunAgain``) instead of running out of time a second time."""
+    import dataclasses
+
+    from normlab.grader import core
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.sandbox import ChildSubmission, choose_isolation
+
+    cells = [
+        "import os\ndef spin(x):\n    while True:\n        pass\ndef leave(x):\n    os._exit(3)\n",
+        "first = spin(1)",
+        "second = spin(2)",
+        "answer = 42",
+    ]
+    limits = dataclasses.replace(DEFAULT, timeout=60.0)
+    isolation = choose_isolation(mode == "sandbox", allow_root=True)
+    with ChildSubmission(cells, limits, isolation) as submission:
+        assert submission.has("answer")
+        assert submission.hung == {"spin": 1}
+        kinds = [(e.cell, e.error_type) for e in submission.cell_errors]
+        assert kinds == [(1, "Timeout"), (2, "NotRunAgain")]
+        with pytest.raises(core.RaisedError, match="when code cell 2 called it; not run again"):
+            submission.call("spin", 1)
+        with pytest.raises(core.ProcessFailed, match="exited with code 3"):
+            submission.call("leave", 1)
+        assert submission.has("answer")  # a new child ran the cells again
+        assert submission.restarts == 1
+        kinds = [(e.cell, e.error_type) for e in submission.cell_errors]
+        assert kinds == [(1, "NotRunAgain"), (2, "NotRunAgain")]
 
 
 @pytest.mark.isolation

@@ -26,7 +26,7 @@ import numpy as np
 
 from normlab.grader import attribution, core, i18n, identity, inert, trap
 from normlab.grader.identity import Identity
-from normlab.grader.isolation import files, hidden
+from normlab.grader.isolation import files, hidden, worker
 from normlab.grader.isolation.forkserver import ForkServer
 from normlab.grader.isolation.limits import DEFAULT, Limits
 from normlab.grader.isolation.processes import Reaper
@@ -285,7 +285,9 @@ def grade_bytes(
             # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook;
             # a cell stopped by PyTorch, hidden from a NumPy lab, is a comparison of the
             # learner's own, skipped while grading (``isolation.hidden``).
-            skipped = {"NotImplementedError"}
+            # A cell that called a function which ran out of time in an earlier cell: that
+            # cell's timeout is the one reported.
+            skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
             if submission.hide_torch:
                 skipped.add(hidden.ERROR_TYPE)
             errors = [e for e in submission.cell_errors if e.error_type not in skipped]
