@@ -1013,6 +1013,22 @@ def test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline(mode)
                 server.close()
 
 
+@pytest.mark.parametrize("limit", ["max_cell_tokens=20", "max_code_tokens=30"])
+def test_the_parse_bounds_of_limit_are_the_ones_used(tmp_path, limit):
+    """``--limit max_cell_tokens=`` / ``max_code_tokens=`` bound what the grader parses: the
+    solution, whose function cells have more tokens than that, is then not analysed (a
+    finding), and its checks with a from-scratch rule earn nothing. With the default bounds the
+    same notebook earns full marks (test_every_solution_full_and_every_fresh_lab_zero)."""
+    from corpus import _points_without_a_from_scratch_rule
+
+    shutil.copy(SOLUTION, tmp_path / "03_layernorm.ipynb")
+    done = grade_here(tmp_path, "processes", f"--limit={limit}", "--timeout", "60")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = json.loads(done.stdout)["submissions"]
+    assert result["score"] == _points_without_a_from_scratch_rule() < FULL, result["checks"]
+    assert any("a cell too large or deep" in f for f in result["findings"]), result["findings"]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_function_that_hung_in_a_cell_stays_stopped_after_a_restart(mode):
     """A function that ran out of time in a cell is not run again by the cells after it, nor

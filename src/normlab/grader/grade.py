@@ -335,7 +335,8 @@ def grade_notebook(
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
     """The barrier around one submission: a bug it triggers costs it alone, with a clear error."""
     try:
-        return grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
+        with trap.parse_bounds(settings.limits):  # every parse of it, with its run's limits
+            return grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
     except Exception as error:  # noqa: BLE001 -- whatever happened, the run goes on
         return _failed(
             str(path),
