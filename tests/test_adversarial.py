@@ -27,6 +27,7 @@ from corpus import (
     CONTROLS,
     FORWARD_DEF,
     FULL,
+    KILL_CLASSMATES,
     LAB,
     LIMIT_OPTIONS,
     SHM_KEYS,
@@ -1011,6 +1012,28 @@ def test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline(mode)
         finally:
             if server is not None:
                 server.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_classmates_graded_beside_a_killer_keep_their_marks(tmp_path, mode):
+    """Eight classmates graded at the same time as a notebook that, ignoring its alarm, spends
+    10 s SIGKILLing every process of its user outside its own session that it can see: it sees
+    none (its own PID namespace), and every classmate keeps full marks. The grader is a process
+    of its own here: without the namespace, the killer would reach it."""
+    killer = KILL_CLASSMATES.replace("time.monotonic() + 3", "time.monotonic() + 10")
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(killer))
+    nbformat.write(notebook, tmp_path / "03_layernorm_a_killer.ipynb")
+    for index in range(8):
+        shutil.copy(SOLUTION, tmp_path / f"03_layernorm_classmate_{index}.ipynb")
+    command = grade_command(tmp_path, mode, "--jobs", "9", "--timeout", "60")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {Path(s["path"]).name: s for s in json.loads(done.stdout)["submissions"]}
+    assert len(results) == 9
+    killer_result = results.pop("03_layernorm_a_killer.ipynb")
+    assert "killed 0 processes" in (killer_result["error"] or ""), killer_result["error"]
+    assert {name: r["score"] for name, r in results.items()} == {name: FULL for name in results}
 
 
 @pytest.mark.parametrize("limit", ["max_cell_tokens=20", "max_code_tokens=30"])
