@@ -1036,6 +1036,54 @@ def test_classmates_graded_beside_a_killer_keep_their_marks(tmp_path, mode):
     assert {name: r["score"] for name, r in results.items()} == {name: FULL for name in results}
 
 
+KILL_ME_MARK = "4242.0515151"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode):
+    """A notebook whose process is SIGKILLed by someone else (here, this test) is not the
+    student's doing: its result is not cached, and the next run grades it again. The notebook
+    waits for a child that carries a mark; the test kills the notebook's process, found as that
+    child's parent. Run again, nobody kills it: the wait ends at the cell's alarm and the
+    notebook earns full marks, then a third run reuses that cached result."""
+    wait = (
+        "import os\n"
+        f"child = os.fork()\nif child == 0:\n    os.execv('/bin/sleep', ['sleep', '{KILL_ME_MARK}'])\n"
+        "os.waitpid(child, 0)"
+    )
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(wait))
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(notebook, folder / "03_layernorm.ipynb")
+    extra = ["--timeout", "20", "--cache", str(tmp_path / "cache.json")]
+    grader = subprocess.Popen(
+        grade_command(folder, mode, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    killed = False
+    while not killed and grader.poll() is None:
+        for name in os.listdir("/proc"):
+            try:
+                if KILL_ME_MARK.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    stat = Path(f"/proc/{name}/stat").read_text()
+                    os.kill(int(stat.rsplit(")", 1)[1].split()[1]), 9)  # its parent
+                    killed = True
+                    break
+            except (OSError, ValueError):
+                continue
+        time.sleep(0.05)
+    stdout, stderr = grader.communicate(timeout=600)
+    assert killed and grader.returncode == 0, stderr.decode()[-2000:]
+    (first,) = json.loads(stdout)["submissions"]
+    assert "sent by neither the grader nor a limit" in first["error"], first["error"]
+    assert first["score"] < FULL
+    second = subprocess.run(grade_command(folder, mode, *extra), capture_output=True, text=True)
+    assert "reused 0 unchanged" in second.stderr, second.stderr[-2000:]
+    assert json.loads(second.stdout)["submissions"][0]["score"] == FULL
+    third = subprocess.run(grade_command(folder, mode, *extra), capture_output=True, text=True)
+    assert "reused 1 unchanged" in third.stderr, third.stderr[-2000:]
+
+
 @pytest.mark.parametrize("limit", ["max_cell_tokens=20", "max_code_tokens=30"])
 def test_the_parse_bounds_of_limit_are_the_ones_used(tmp_path, limit):
     """``--limit max_cell_tokens=`` / ``max_code_tokens=`` bound what the grader parses: the
