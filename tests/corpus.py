@@ -284,6 +284,25 @@ def build(folder: Path, targets: dict[str, Path]) -> dict[str, tuple]:
         ),
         "infinite_loop": (_with_cells(after=["while True:\n    pass"]), FULL, "Timeout"),
         "sleep_forever": (_with_cells(after=["import time\ntime.sleep(1e9)"]), FULL, "Timeout"),
+        # A hang costs the checks of the function that hangs, and one cell's time: the cell
+        # that first calls it runs out of time, the cells after it that call it stop at once,
+        # and the grader calls it no more (docs/grading.md, "A hang").
+        "forward_hangs": (
+            _edit_forward(FORWARD_DEF, FORWARD_DEF + "\n    while True:\n        pass"),
+            FULL - FORWARD,
+            "`layernorm_forward` did not finish in time when code cell 4 called it",
+        ),
+        "backward_hangs": (
+            _replace_function(BACKWARD_DEF, BACKWARD_DEF + "\n    while True:\n        pass"),
+            FULL - BACKWARD,
+            "`layernorm_backward` did not finish in time when code cell 9 called it",
+        ),
+        "hang_in_a_cell_that_calls_no_graded_function": (
+            _with_cells(after=["def spin():\n    while True:\n        pass\n\nspin()"]),
+            FULL,
+            "Timeout",
+        ),
+        "hang_at_import": (_with_cells(before=["while True:\n    pass"]), FULL, "Timeout"),
         "memory_bomb": (_with_cells(after=["hog = bytearray(16 * 1024**3)"]), FULL, "MemoryError"),
         "sys_exit": (_with_cells(after=["import sys\nsys.exit(0)"]), FULL, "SystemExit"),
         "os_exit": (_with_cells(after=["import os\nos._exit(0)"]), 0, "exited with code 0"),

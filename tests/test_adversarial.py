@@ -27,6 +27,7 @@ from corpus import (
     CONTROLS,
     FORWARD_DEF,
     FULL,
+    KILL_CLASSMATES,
     LAB,
     LIMIT_OPTIONS,
     SHM_KEYS,
@@ -685,6 +686,10 @@ def test_every_reply_field_is_checked_by_type():
             wire.parse_load_reply(header, [], 1)
     with pytest.raises(wire.ProtocolError):  # a load reply carries no arrays
         wire.parse_load_reply(good, [np.zeros(3)], 1)
+    assert wire.parse_hung(dict(good, hung={"f": 0}), {"f"}, 1) == {"f": 0}
+    for hung in ([["f", 0]], {"g": 0}, {"f": 1}, {"f": True}, {"f": "0"}):
+        with pytest.raises(wire.ProtocolError):
+            wire.parse_hung(dict(good, hung=hung), {"f"}, 1)
     call = {"ok": True, "tuple": False, "items": [{"kind": "ndarray", "array": 0}]}
     assert wire.parse_call_reply("f", call, [np.ones(2)]).items[0].array.shape == (2,)
     for header in (
@@ -1007,6 +1012,130 @@ def test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline(mode)
         finally:
             if server is not None:
                 server.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_classmates_graded_beside_a_killer_keep_their_marks(tmp_path, mode):
+    """Eight classmates graded at the same time as a notebook that, ignoring its alarm, spends
+    10 s SIGKILLing every process of its user outside its own session that it can see: it sees
+    none (its own PID namespace), and every classmate keeps full marks. The grader is a process
+    of its own here: without the namespace, the killer would reach it."""
+    killer = KILL_CLASSMATES.replace("time.monotonic() + 3", "time.monotonic() + 10")
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(killer))
+    nbformat.write(notebook, tmp_path / "03_layernorm_a_killer.ipynb")
+    for index in range(8):
+        shutil.copy(SOLUTION, tmp_path / f"03_layernorm_classmate_{index}.ipynb")
+    command = grade_command(tmp_path, mode, "--jobs", "9", "--timeout", "60")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {Path(s["path"]).name: s for s in json.loads(done.stdout)["submissions"]}
+    assert len(results) == 9
+    killer_result = results.pop("03_layernorm_a_killer.ipynb")
+    assert "killed 0 processes" in (killer_result["error"] or ""), killer_result["error"]
+    assert {name: r["score"] for name, r in results.items()} == {name: FULL for name in results}
+
+
+KILL_ME_MARK = "4242.0515151"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode):
+    """A notebook whose process is SIGKILLed by someone else (here, this test) is not the
+    student's doing: its result is not cached, and the next run grades it again. The notebook
+    waits for a child that carries a mark; the test kills the notebook's process, found as that
+    child's parent. Run again, nobody kills it: the wait ends at the cell's alarm and the
+    notebook earns full marks, then a third run reuses that cached result."""
+    wait = (
+        "import os\n"
+        f"child = os.fork()\nif child == 0:\n    os.execv('/bin/sleep', ['sleep', '{KILL_ME_MARK}'])\n"
+        "os.waitpid(child, 0)"
+    )
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(wait))
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(notebook, folder / "03_layernorm.ipynb")
+    # The restart after the kill waits for the marked child again, to the cell's alarm (10 s):
+    # 30 s are left for the checks, so that on a loaded core none uses up the budget and is
+    # reported last instead of the kill (on 20 s, pinned to one core beside two busy ones, one
+    # did).
+    extra = ["--timeout", "40", "--cache", str(tmp_path / "cache.json")]
+    grader = subprocess.Popen(
+        grade_command(folder, mode, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    killed = False
+    while not killed and grader.poll() is None:
+        for name in os.listdir("/proc"):
+            try:
+                if KILL_ME_MARK.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    stat = Path(f"/proc/{name}/stat").read_text()
+                    os.kill(int(stat.rsplit(")", 1)[1].split()[1]), 9)  # its parent
+                    killed = True
+                    break
+            except (OSError, ValueError):
+                continue
+        time.sleep(0.05)
+    stdout, stderr = grader.communicate(timeout=600)
+    assert killed and grader.returncode == 0, stderr.decode()[-2000:]
+    (first,) = json.loads(stdout)["submissions"]
+    assert "sent by neither the grader nor a limit" in first["error"], first["error"]
+    assert first["score"] < FULL
+    second = subprocess.run(grade_command(folder, mode, *extra), capture_output=True, text=True)
+    assert "reused 0 unchanged" in second.stderr, second.stderr[-2000:]
+    assert json.loads(second.stdout)["submissions"][0]["score"] == FULL
+    third = subprocess.run(grade_command(folder, mode, *extra), capture_output=True, text=True)
+    assert "reused 1 unchanged" in third.stderr, third.stderr[-2000:]
+
+
+@pytest.mark.parametrize("limit", ["max_cell_tokens=20", "max_code_tokens=30"])
+def test_the_parse_bounds_of_limit_are_the_ones_used(tmp_path, limit):
+    """``--limit max_cell_tokens=`` / ``max_code_tokens=`` bound what the grader parses: the
+    solution, whose function cells have more tokens than that, is then not analysed (a
+    finding), and its checks with a from-scratch rule earn nothing. With the default bounds the
+    same notebook earns full marks (test_every_solution_full_and_every_fresh_lab_zero)."""
+    from corpus import _points_without_a_from_scratch_rule
+
+    shutil.copy(SOLUTION, tmp_path / "03_layernorm.ipynb")
+    done = grade_here(tmp_path, "processes", f"--limit={limit}", "--timeout", "60")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = json.loads(done.stdout)["submissions"]
+    assert result["score"] == _points_without_a_from_scratch_rule() < FULL, result["checks"]
+    assert any("a cell too large or deep" in f for f in result["findings"]), result["findings"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_function_that_hung_in_a_cell_stays_stopped_after_a_restart(mode):
+    """A function that ran out of time in a cell is not run again by the cells after it, nor
+    by a restarted child's run of the same cells: there its first caller stops at once
+    (``NotRunAgain``) instead of running out of time a second time."""
+    import dataclasses
+
+    from normlab.grader import core
+    from normlab.grader.isolation.limits import DEFAULT
+    from normlab.grader.isolation.sandbox import ChildSubmission, choose_isolation
+
+    cells = [
+        "import os\ndef spin(x):\n    while True:\n        pass\ndef leave(x):\n    os._exit(3)\n",
+        "first = spin(1)",
+        "second = spin(2)",
+        "answer = 42",
+    ]
+    limits = dataclasses.replace(DEFAULT, timeout=60.0)
+    isolation = choose_isolation(mode == "sandbox", allow_root=True)
+    with ChildSubmission(cells, limits, isolation) as submission:
+        assert submission.has("answer")
+        assert submission.hung == {"spin": 1}
+        kinds = [(e.cell, e.error_type) for e in submission.cell_errors]
+        assert kinds == [(1, "Timeout"), (2, "NotRunAgain")]
+        with pytest.raises(core.RaisedError, match="when code cell 2 called it; not run again"):
+            submission.call("spin", 1)
+        with pytest.raises(core.ProcessFailed, match="exited with code 3"):
+            submission.call("leave", 1)
+        assert submission.has("answer")  # a new child ran the cells again
+        assert submission.restarts == 1
+        kinds = [(e.cell, e.error_type) for e in submission.cell_errors]
+        assert kinds == [(1, "NotRunAgain"), (2, "NotRunAgain")]
 
 
 @pytest.mark.isolation

@@ -411,7 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=DEFAULT_LIMITS.memory_mb,
         metavar="MB",
-        help=f"memory limit per submission in MB (default {DEFAULT_LIMITS.memory_mb})",
+        help=(
+            f"memory limit in MB (default {DEFAULT_LIMITS.memory_mb}): where a cgroup can be "
+            "made (the run's isolation line says 'one memory total per submission'), one total "
+            f"of MB + tmp_mb ({DEFAULT_LIMITS.tmp_mb}) for all of a submission's processes and "
+            "files together; without one, the address space of each of its processes, "
+            "separately (docs/grading.md)"
+        ),
     )
     grade.add_argument(
         "--jobs",

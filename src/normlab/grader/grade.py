@@ -26,7 +26,7 @@ import numpy as np
 
 from normlab.grader import attribution, core, i18n, identity, inert, trap
 from normlab.grader.identity import Identity
-from normlab.grader.isolation import files, hidden
+from normlab.grader.isolation import files, hidden, worker
 from normlab.grader.isolation.forkserver import ForkServers
 from normlab.grader.isolation.limits import DEFAULT, Limits
 from normlab.grader.isolation.processes import Reaper
@@ -295,7 +295,9 @@ def grade_bytes(
             # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook;
             # a cell stopped by PyTorch, hidden from a NumPy lab, is a comparison of the
             # learner's own, skipped while grading (``isolation.hidden``).
-            skipped = {"NotImplementedError"}
+            # A cell that called a function which ran out of time in an earlier cell: that
+            # cell's timeout is the one reported.
+            skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
             if submission.hide_torch:
                 skipped.add(hidden.ERROR_TYPE)
             errors = [e for e in submission.cell_errors if e.error_type not in skipped]
@@ -343,7 +345,8 @@ def grade_notebook(
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
     """The barrier around one submission: a bug it triggers costs it alone, with a clear error."""
     try:
-        return grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
+        with trap.parse_bounds(settings.limits):  # every parse of it, with its run's limits
+            return grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
     except Exception as error:  # noqa: BLE001 -- whatever happened, the run goes on
         return _failed(
             str(path),

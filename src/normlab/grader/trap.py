@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import contextvars
 import functools
 import importlib
 import re
@@ -88,14 +89,34 @@ class Unanalysable:
 UNPARSED = Unanalysable()
 
 
-@functools.lru_cache(maxsize=8)
-def parse_cells(
-    sources: tuple[str, ...],
-    max_cell_tokens: int = DEFAULT.max_cell_tokens,
-    max_code_tokens: int = DEFAULT.max_code_tokens,
-) -> tuple:
+# The token bounds of the submission being graded in this thread (``Limits.max_cell_tokens``,
+# ``Limits.max_code_tokens``): set by ``parse_bounds`` around a submission's whole grading, so
+# that every analysis of it (findings, the from-scratch scan, the cells' messages) parses with
+# the limits of its run, ``--limit`` included.
+_BOUNDS: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
+    "parse_bounds", default=(DEFAULT.max_cell_tokens, DEFAULT.max_code_tokens)
+)
+
+
+@contextlib.contextmanager
+def parse_bounds(limits):
+    """Parse with ``limits``' token bounds in this thread, for the ``with`` block."""
+    token = _BOUNDS.set((limits.max_cell_tokens, limits.max_code_tokens))
+    try:
+        yield
+    finally:
+        _BOUNDS.reset(token)
+
+
+def parse_cells(sources: tuple[str, ...]) -> tuple:
     """Each cell's tree, parsed once per notebook (every analysis reuses it): an ``ast.Module``,
-    None for a syntax error (the notebook's process reports it), or ``UNPARSED``."""
+    None for a syntax error (the notebook's process reports it), or ``UNPARSED``; within the
+    token bounds of this thread's submission (``parse_bounds``)."""
+    return _parse_cells(sources, *_BOUNDS.get())
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_cells(sources: tuple[str, ...], max_cell_tokens: int, max_code_tokens: int) -> tuple:
     trees: list = []
     total = 0
     for source in sources:

@@ -17,7 +17,8 @@ class Limits:
 
     #: wall seconds for the whole submission (loading, calls, restarts); ``--timeout``
     timeout: float = 60.0
-    #: address space of the submission's process, in MiB; ``--memory``
+    #: in MiB; ``--memory``. With a cgroup: one total of ``memory_mb + tmp_mb`` for all the
+    #: submission's processes and files; without one: the address space of each process
     memory_mb: int = 3072
     #: wall seconds for one call of a learner's function
     call_timeout: float = 5.0

@@ -397,6 +397,9 @@ class ChildSubmission(core.Submission):
         self.restarts = 0
         self.dead_reason = ""
         self.timed_out: set[str] = set()  # functions that ran out of time: not called again
+        #: functions that ran out of time in a notebook cell, with that cell: not run again,
+        #: neither by the cells after it nor by the checks (a hang costs one cell's time)
+        self.hung: dict[str, int] = {}
         self._scanned: dict = {}
         #: its process died of a SIGKILL that neither the grader nor a limit of the submission
         #: sent: the result is not the student's doing, and is not cached
@@ -528,12 +531,15 @@ class ChildSubmission(core.Submission):
             self.deadline = time.monotonic() + self.limits.timeout
         else:  # a restart: the time spent getting a process is not the submission's
             self.deadline += time.monotonic() - started
-        header, arrays = wire.load_request(self.cells, self.limits.cell_timeout(self.remaining()))
+        header, arrays = wire.load_request(
+            self.cells, self.limits.cell_timeout(self.remaining()), self.hung
+        )
         reply, results = self._exchange(
             header, arrays, self.remaining(), "running the notebook's cells"
         )
         try:
             self.names, self.cell_errors = wire.parse_load_reply(reply, results, len(self.cells))
+            self.hung.update(wire.parse_hung(reply, self.names, len(self.cells)))
         except wire.ProtocolError as error:
             self.close()
             raise core.ProcessFailed(
@@ -709,6 +715,12 @@ class ChildSubmission(core.Submission):
         if name not in self.names:
             raise core.MissingName(
                 f"`{name}` is not defined in the notebook (did its cell run without errors?)"
+            )
+        if name in self.hung:
+            raise core.RaisedError(
+                f"`{name}` did not finish in time when code cell {self.hung[name] + 1} called "
+                "it; not run again",
+                "Timeout",
             )
         if name in self.timed_out:
             raise core.RaisedError(

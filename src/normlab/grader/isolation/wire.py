@@ -164,11 +164,15 @@ def encode_args(args: Sequence, kwargs: dict) -> tuple[list, list, list, list]:
     return arg_specs, names, kwarg_specs, arrays
 
 
-def load_request(cells: list[str], cell_timeout: float) -> tuple[dict, list[np.ndarray]]:
+def load_request(
+    cells: list[str], cell_timeout: float, hung: dict[str, int] | None = None
+) -> tuple[dict, list[np.ndarray]]:
     """The request that runs a notebook's cells. The cells travel as bytes, not in the JSON
-    header, so a notebook with a large data cell is limited by the notebook size alone."""
+    header, so a notebook with a large data cell is limited by the notebook size alone.
+    ``hung``: the functions that ran out of time in a cell of an earlier run (a restart), by
+    name, with that cell: not run again."""
     blob = np.frombuffer(json.dumps(cells).encode(), dtype=np.uint8)
-    return {"op": "load", "cell_timeout": cell_timeout}, [blob]
+    return {"op": "load", "cell_timeout": cell_timeout, "hung": dict(hung or {})}, [blob]
 
 
 def cells_of_load_request(arrays: list[np.ndarray]) -> list[str]:
@@ -303,6 +307,20 @@ def parse_load_reply(header: dict, arrays: list, n_cells: int) -> tuple[set[str]
             )
         )
     return checked_names, checked
+
+
+def parse_hung(header: dict, names: set[str], n_cells: int) -> dict[str, int]:
+    """The functions of the notebook that ran out of time in a cell (name -> that cell), every
+    field checked by type. Believed as it is: a name listed here only loses its own checks."""
+    hung = header.get("hung", {})
+    if not isinstance(hung, dict) or len(hung) > MAX_NAMES:
+        raise ProtocolError("reply field 'hung' is not an object")
+    checked = {}
+    for name, cell in hung.items():
+        if _text(name, "hung") not in names or type(cell) is not int or not 0 <= cell < n_cells:
+            raise ProtocolError("reply field 'hung' names no function of a cell")
+        checked[name] = cell
+    return checked
 
 
 def parse_call_reply(name: str, header: dict, arrays: list) -> core.Output:

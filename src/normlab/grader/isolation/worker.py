@@ -22,6 +22,7 @@ import resource
 import signal
 import sys
 import traceback
+import types
 
 from normlab.grader.isolation import hidden, workspace
 
@@ -106,6 +107,8 @@ def short_traceback(error: BaseException, limit: int = 6) -> str:
 def describe_error(error: BaseException) -> dict:
     if isinstance(error, CellTimeout):
         return {"error_type": "Timeout", "message": "ran out of time", "traceback": ""}
+    if isinstance(error, FunctionNotRunAgain):
+        return {"error_type": NOT_RUN_AGAIN, "message": str(error), "traceback": ""}
     message = str(error)
     if len(message) > 500:
         message = message[:500] + " ..."
@@ -124,10 +127,61 @@ def run_with_timeout(seconds: float, function, *args, **kwargs):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> list[dict]:
-    """Run each code cell in order; a failing cell is recorded and the next one still runs."""
+#: the error type of a call to a function that ran out of time in an earlier cell (not run again)
+NOT_RUN_AGAIN = "NotRunAgain"
+
+
+class FunctionNotRunAgain(Exception):
+    """Raised by a notebook function that ran out of time in an earlier cell, in its place."""
+
+
+def _stand_in(name: str, cell: int):
+    def not_run_again(*args, **kwargs):
+        raise FunctionNotRunAgain(f"`{name}` ran out of time in code cell {cell + 1}")
+
+    return not_run_again
+
+
+def _notebook_functions(namespace: dict) -> dict:
+    """Code object -> the names of the notebook's own functions (defined in its cells)."""
+    found: dict = {}
+    for name, value in list(namespace.items()):
+        code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
+        if isinstance(name, str) and code is not None and code.co_filename.startswith("<notebook"):
+            found.setdefault(code, []).append(name)
+    return found
+
+
+def hung_functions(error: BaseException, namespace: dict) -> list[str]:
+    """The notebook function that was running when a cell ran out of time: the innermost frame
+    of the traceback that is one of the notebook's own functions (every name it has), or none
+    (a loop at the cell's top level)."""
+    functions = _notebook_functions(namespace)
+    hung: list[str] = []
+    frames = error.__traceback__
+    while frames is not None:
+        hung = functions.get(frames.tb_frame.f_code, hung)
+        frames = frames.tb_next
+    return list(hung)
+
+
+def execute_cells(
+    cells: list[str], namespace: dict, cell_timeout: float, hung: dict | None = None
+) -> list[dict]:
+    """Run each code cell in order; a failing cell is recorded and the next one still runs.
+
+    A function of the notebook that runs out of time in a cell is ``hung`` (name -> cell) and
+    replaced by a stand-in that raises at once, so that the cells after it that call it cost no
+    more time: a hang costs one cell's time, however many cells call the function. Functions
+    already ``hung`` in an earlier run of these cells (a restart) are replaced as soon as a cell
+    defines them.
+    """
+    hung = {} if hung is None else hung
     errors = []
     for index, source in enumerate(cells):
+        for name, cell in hung.items():
+            if isinstance(namespace.get(name), types.FunctionType):
+                namespace[name] = _stand_in(name, cell)
         filename = CELL_MARKER.format(index=index)
         try:
             code = compile(strip_magics(source), filename, "exec")
@@ -148,6 +202,10 @@ def execute_cells(cells: list[str], namespace: dict, cell_timeout: float) -> lis
             run_with_timeout(cell_timeout, exec, code, namespace)
         except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
             errors.append({"cell": index, **describe_error(error)})
+            if isinstance(error, CellTimeout):
+                for name in hung_functions(error, namespace):
+                    hung.setdefault(name, index)
+                    namespace[name] = _stand_in(name, hung[name])
     return errors
 
 
@@ -190,9 +248,11 @@ def serve(request_fd: int, reply_fd: int, hide_torch: bool = False) -> None:
         op = header.get("op")
         if op == "load":
             cells = wire.cells_of_load_request(arrays)
-            errors = execute_cells(cells, namespace, header["cell_timeout"])
+            hung = dict(header.get("hung", {}))
+            errors = execute_cells(cells, namespace, header["cell_timeout"], hung)
             names = sorted(k for k in namespace if isinstance(k, str) and not k.startswith("_"))
-            wire.send(reply_fd, {"ok": True, "names": names, "cell_errors": errors})
+            reply = {"ok": True, "names": names, "cell_errors": errors, "hung": hung}
+            wire.send(reply_fd, reply)
         elif op in ("call", "get"):
             name = header["name"]
             if name not in namespace:
