@@ -101,6 +101,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(TIERS[path.name])
 
 
+def check_dict(name: str, points: int, most: int) -> dict:
+    """One check of ``normlab grade --json``'s contract, earning all its points or none."""
+    return {
+        "name": name,
+        "points": points,
+        "max_points": most,
+        "passed": points == most,
+        "message": "",
+    }
+
+
 def run_cli(arguments) -> tuple[int, str, str]:
     """`normlab ARGUMENTS...` run in this process: (exit status, stdout, stderr).
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, check_dict
 
 from normlab.grader.grade import find_submissions
 
@@ -210,16 +210,6 @@ def test_two_submissions_claiming_one_id_keep_it_and_are_both_flagged(tmp_path):
     ]
 
 
-def _check(name, points, most):
-    return {
-        "name": name,
-        "points": points,
-        "max_points": most,
-        "passed": points == most,
-        "message": "",
-    }
-
-
 def _graded(student, lab, score, path, name=None):
     return {
         "student": student,
@@ -228,7 +218,7 @@ def _graded(student, lab, score, path, name=None):
         "score": score,
         "max_score": 16,
         "path": path,
-        "checks": [_check("passed", score, score), _check("failed", 0, 16 - score)],
+        "checks": [check_dict("passed", score, score), check_dict("failed", 0, 16 - score)],
     }
 
 

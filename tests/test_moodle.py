@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli_process
+from conftest import ROOT, check_dict, run_cli_process
 
 from normlab.grader import lms
 
@@ -217,16 +217,6 @@ def test_the_rules_refuse_what_moodle_refuses():
 # ----------------------------------------------------------------------------- the export
 
 
-def _check(name, points, most):
-    return {
-        "name": name,
-        "points": points,
-        "max_points": most,
-        "passed": points == most,
-        "message": "",
-    }
-
-
 TIMED_OUT = "timed out while running code cell 3 (an endless loop or sleep?)"
 HOSTILE_NAMES = {
     "1001": 'Ann "Q" Lee, Jr.\\',
@@ -238,12 +228,12 @@ HOSTILE_NAMES = {
 
 def _results() -> list[dict]:
     checks_right = [
-        _check("layernorm_forward: matches F.layer_norm", 10, 10),
-        _check("layernorm_backward: dx", 6, 6),
+        check_dict("layernorm_forward: matches F.layer_norm", 10, 10),
+        check_dict("layernorm_backward: dx", 6, 6),
     ]
     checks_half = [
-        _check("layernorm_forward: matches F.layer_norm", 10, 10),
-        _check("layernorm_backward: <b>dx</b> & \\", 0, 6),
+        check_dict("layernorm_forward: matches F.layer_norm", 10, 10),
+        check_dict("layernorm_backward: <b>dx</b> & \\", 0, 6),
     ]
     submissions = [
         ("1001", 16, None, checks_right, None),
