@@ -593,7 +593,7 @@ def test_a_reason_is_given_in_full_once_then_referred_to():
     # said once on its own (the two-slips line of the float32 check quotes it as one of two)
     assert str(report).count(hint) - str(report).count(f") {hint}") == 1
     spanish = str(CheckReport("Checks", results, "es"))
-    assert "Por qué: como en «la pasada hacia delante coincide con torch" in spanish
+    assert "Por qué: como en «el pase hacia adelante coincide con torch" in spanish
 
 
 def test_a_reason_that_was_one_of_several_is_not_referred_to_ambiguously():
