@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -282,3 +284,27 @@ def told(results, name: str) -> str:
             text += "\n" + messages[earlier]
             pending += _REFERENCE.findall(messages[earlier])
     return text
+
+
+# Headless Chromium for the tests that click through pages (Playwright drives Debian's build).
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per test module; skipped without Playwright or Chromium."""
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("Playwright is not installed: pip install -e '.[site]'")
+    executable = next((c for c in CHROMIUM_CANDIDATES if Path(c).exists()), None)
+    executable = executable or shutil.which("chromium")
+    if executable is None:
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import threading
@@ -36,7 +35,6 @@ from normlab.repository import repository_url
 pytestmark = pytest.mark.slow
 
 VENV = ROOT / ".venv"
-CHROMIUM = "/usr/bin/chromium"
 
 
 def binder_launch_path() -> str:
@@ -177,23 +175,6 @@ def test_every_link_of_the_start_pages_chapters_and_lab_copies_leads_to_a_file(b
         [f"work/{name}" for name in labs] + [f"work/es/{name}" for name in labs]
     )
     assert followed > 4 * len(labs)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright is not installed: pip install -e '.[site]'")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
 
 
 def test_a_spanish_lab_copy_links_open_the_spanish_chapter_in_the_browser(binder, browser):

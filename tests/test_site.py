@@ -31,7 +31,6 @@ pytestmark = [
 ]
 
 ARTIFACTS = ROOT / "_artifacts" / "screens"
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 STEMS = sorted(p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md"))
 
 
@@ -275,25 +274,6 @@ def test_the_home_page_is_for_learners(site):
 
 
 # --- in a real browser ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if importlib.util.find_spec("playwright") is None:
-        pytest.skip("Playwright is not installed: pip install -e '.[site]'")
-    executable = next((c for c in CHROMIUM_CANDIDATES if Path(c).exists()), None)
-    executable = executable or shutil.which("chromium")
-    if executable is None:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
