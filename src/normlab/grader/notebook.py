@@ -100,14 +100,14 @@ def _watch_torch(found: list[str]):
             elif owner is not None and _hidden_module(type(owner).__module__):
                 found.append(f"torch.Tensor.{arg.__name__}")
 
-    previous = sys.getprofile()
+    previous, previous_threads = sys.getprofile(), threading.getprofile()
     sys.setprofile(profile)
     threading.setprofile(profile)
     try:
         yield
     finally:
         sys.setprofile(previous)
-        threading.setprofile(None)
+        threading.setprofile(previous_threads)
 
 
 class InProcessSubmission(core.Submission):
