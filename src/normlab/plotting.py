@@ -8,10 +8,25 @@ Usage in a notebook::
     ...
     save_figure(fig, "03_layernorm_scale_invariance")  # -> theory/figures/03_layernorm_scale_invariance.png
     plt.show()
+
+A chapter figure is drawn once per language by one function, so that the Spanish chapter shows
+Spanish labels::
+
+    def draw(t):  # t(english_text) -> the text in the language being drawn
+        fig, ax = plt.subplots()
+        ax.set_xlabel(t("learning rate"))
+        return fig
+
+    bilingual_figure(draw, "08_training_lr_sweep")
+    # -> theory/figures/08_training_lr_sweep.png and es/theory/figures/08_training_lr_sweep.png
+
+Every text the function passes through ``t`` needs its Spanish in ``es/figures.json`` (a flat
+map from the English text to the Spanish one); a text without it stops the demo, naming it.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 # Colour-blind-safe palette (Okabe & Ito), in the order the course uses it.
@@ -74,3 +89,48 @@ def save_figure(fig, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, metadata={"Software": None})
     return path
+
+
+def figure_labels(root: Path | None = None) -> dict[str, str]:
+    """The Spanish of every figure text: ``es/figures.json``, English text -> Spanish text."""
+    root = root or figures_dir().parent.parent
+    path = root / "es" / "figures.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def spanish(labels: dict[str, str]):
+    """The ``t`` of a Spanish drawing: the catalog's Spanish, or an error naming the text."""
+
+    def t(text: str) -> str:
+        try:
+            return labels[text]
+        except KeyError:
+            raise KeyError(
+                f"figure text {text!r} has no Spanish in es/figures.json: add it there"
+            ) from None
+
+    return t
+
+
+def bilingual_figure(draw, name: str):
+    """Draw ``draw(t)`` in English and in Spanish; save both; return the English figure.
+
+    Args:
+        draw: a function of ``t`` (the translation of a text) that returns a new figure.
+        name: file stem, starting with the chapter's stem (``"03_layernorm_eps"``).
+
+    Returns:
+        The English figure (to show in the notebook). The Spanish one is saved as
+        ``es/theory/figures/<name>.png`` and closed.
+    """
+    import matplotlib.pyplot as plt
+
+    root = figures_dir().parent.parent
+    spanish_figure = draw(spanish(figure_labels(root)))
+    path = root / "es" / "theory" / "figures" / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spanish_figure.savefig(path, metadata={"Software": None})
+    plt.close(spanish_figure)
+    english = draw(lambda text: text)
+    save_figure(english, name)
+    return english
