@@ -15,18 +15,26 @@ Spanish labels::
     def draw(t):  # t(english_text) -> the text in the language being drawn
         fig, ax = plt.subplots()
         ax.set_xlabel(t("learning rate"))
+        ax.plot(x, y, label=t("{blocks} blocks", blocks=12))  # values go in after translating
         return fig
 
     bilingual_figure(draw, "08_training_lr_sweep")
     # -> theory/figures/08_training_lr_sweep.png and es/theory/figures/08_training_lr_sweep.png
 
 Every text the function passes through ``t`` needs its Spanish in ``es/figures.json`` (a flat
-map from the English text to the Spanish one); a text without it stops the demo, naming it.
+map from the English text to the Spanish one; a text with values is a ``str.format`` template,
+the same in both, such as ``"{blocks} blocks": "{blocks} bloques"``); a text without it stops
+the demo, naming it. So does a text that reaches the figure without ``t`` (any word of two
+letters or more outside ``$...$``): a name that reads the same in Spanish (``"LayerNorm"``) is
+in the catalog as itself. Numbers keep the decimal point in both languages, as code writes them.
+The English PNG records the texts it was drawn with (PNG text ``normlab:texts``), so that a test
+can check that the catalog still covers them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 # Colour-blind-safe palette (Okabe & Ito), in the order the course uses it.
@@ -98,18 +106,73 @@ def figure_labels(root: Path | None = None) -> dict[str, str]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def spanish(labels: dict[str, str]):
+TEXTS_KEY = "normlab:texts"  # the PNG text chunk that lists a figure's English texts
+# A word a reader has to read: two letters or more, once the mathematics is taken out.
+WORD = re.compile(r"[^\W\d_]{2,}")
+MATH = re.compile(r"(?<!\\)\$.*?(?<!\\)\$")
+
+
+class Translator:
+    """The ``t`` of one drawing: each text looked up (or kept, for English), then filled in.
+
+    ``t(text)`` returns the text in the drawing's language; ``t(template, **values)`` fills a
+    ``str.format`` template after translating it. ``used`` lists the English texts asked for,
+    ``drawn`` the texts handed out.
+    """
+
+    def __init__(self, labels: dict[str, str] | None):
+        self.labels = labels  # None: English
+        self.used: list[str] = []
+        self.drawn: set[str] = set()
+
+    def __call__(self, text: str, **values) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"t() takes a text, not {type(text).__name__}")
+        if self.labels is None:
+            result = text
+        elif text in self.labels:
+            result = self.labels[text]
+        else:
+            raise KeyError(f"figure text {text!r} has no Spanish in es/figures.json: add it there")
+        if values:
+            result = result.format(**values)
+        if text not in self.used:
+            self.used.append(text)
+        self.drawn.add(result)
+        return result
+
+
+def spanish(labels: dict[str, str]) -> Translator:
     """The ``t`` of a Spanish drawing: the catalog's Spanish, or an error naming the text."""
+    return Translator(labels)
 
-    def t(text: str) -> str:
-        try:
-            return labels[text]
-        except KeyError:
-            raise KeyError(
-                f"figure text {text!r} has no Spanish in es/figures.json: add it there"
-            ) from None
 
-    return t
+def untranslated_texts(fig, translator: Translator) -> list[str]:
+    """Texts on the (drawn) figure with a word in them that did not come out of ``translator``."""
+    from matplotlib.text import Text
+
+    found = []
+    for artist in fig.findobj(Text):
+        text = artist.get_text()
+        if not artist.get_visible() or not text or text in translator.drawn:
+            continue
+        if WORD.search(MATH.sub(" ", text)) and text not in found:
+            found.append(text)
+    return found
+
+
+def _save(fig, path: Path, metadata: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None, **metadata})
+
+
+def figure_texts(path: Path) -> list[str] | None:
+    """The English texts a PNG written by :func:`bilingual_figure` records, or None."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        recorded = image.info.get(TEXTS_KEY)
+    return None if recorded is None else json.loads(recorded)
 
 
 def bilingual_figure(draw, name: str):
@@ -122,15 +185,27 @@ def bilingual_figure(draw, name: str):
     Returns:
         The English figure (to show in the notebook). The Spanish one is saved as
         ``es/theory/figures/<name>.png`` and closed.
+
+    Raises:
+        KeyError: a text has no Spanish in ``es/figures.json``.
+        ValueError: a text with words reached the figure without passing through ``t``.
     """
     import matplotlib.pyplot as plt
 
     root = figures_dir().parent.parent
-    spanish_figure = draw(spanish(figure_labels(root)))
-    path = root / "es" / "theory" / "figures" / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    spanish_figure.savefig(path, metadata={"Software": None})
+    translator = spanish(figure_labels(root))
+    spanish_figure = draw(translator)
+    spanish_figure.canvas.draw()  # makes the tick labels, legends and titles as saved
+    missed = untranslated_texts(spanish_figure, translator)
+    if missed:
+        plt.close(spanish_figure)
+        raise ValueError(
+            f"figure {name}: {missed} reached the figure without t(...); pass each through t "
+            "and give its Spanish in es/figures.json (a name the same in both, as itself)"
+        )
+    _save(spanish_figure, root / "es" / "theory" / "figures" / f"{name}.png", {})
     plt.close(spanish_figure)
-    english = draw(lambda text: text)
-    save_figure(english, name)
+    english = draw(Translator(None))
+    texts = json.dumps(translator.used)  # ASCII: a PNG text chunk is Latin-1
+    _save(english, figures_dir() / f"{name}.png", {TEXTS_KEY: texts})
     return english
