@@ -1,16 +1,7 @@
 """One figure style for the whole course.
 
-Usage in a notebook::
-
-    from normlab.plotting import use_course_style, save_figure
-    use_course_style()
-    fig, ax = plt.subplots()
-    ...
-    save_figure(fig, "03_layernorm_scale_invariance")  # -> theory/figures/03_layernorm_scale_invariance.png
-    plt.show()
-
-A chapter figure is drawn once per language by one function, so that the Spanish chapter shows
-Spanish labels::
+Usage in a notebook: ``use_course_style()`` in the first cell; then a figure a chapter shows is
+drawn once per language by one function, so that the Spanish chapter shows Spanish labels::
 
     def draw(t):  # t(english_text) -> the text in the language being drawn
         fig, ax = plt.subplots()
@@ -29,6 +20,8 @@ letters or more outside ``$...$``): a name that reads the same in Spanish (``"La
 in the catalog as itself. Numbers keep the decimal point in both languages, as code writes them.
 The English PNG records the texts it was drawn with (PNG text ``normlab:texts``), so that a test
 can check that the catalog still covers them.
+
+``save_figure(fig, name)`` saves one figure in one language (``theory/figures/<name>.png``).
 """
 
 from __future__ import annotations
@@ -195,16 +188,16 @@ def bilingual_figure(draw, name: str):
     root = figures_dir().parent.parent
     translator = spanish(figure_labels(root))
     spanish_figure = draw(translator)
-    spanish_figure.canvas.draw()  # makes the tick labels, legends and titles as saved
+    spanish_path = root / "es" / "theory" / "figures" / f"{name}.png"
+    _save(spanish_figure, spanish_path, {})  # drawing it makes the tick labels and legends
     missed = untranslated_texts(spanish_figure, translator)
+    plt.close(spanish_figure)
     if missed:
-        plt.close(spanish_figure)
+        spanish_path.unlink()
         raise ValueError(
             f"figure {name}: {missed} reached the figure without t(...); pass each through t "
             "and give its Spanish in es/figures.json (a name the same in both, as itself)"
         )
-    _save(spanish_figure, root / "es" / "theory" / "figures" / f"{name}.png", {})
-    plt.close(spanish_figure)
     english = draw(Translator(None))
     texts = json.dumps(translator.used)  # ASCII: a PNG text chunk is Latin-1
     _save(english, figures_dir() / f"{name}.png", {TEXTS_KEY: texts})
