@@ -139,7 +139,7 @@ Un resumen de muestra del capítulo, para las pruebas. Para un token $x \\in \\m
 
 $$\\hat x = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\varepsilon}}.$$
 
-![La salida de LayerNorm frente a ε](../../theory/figures/03_layernorm_eps.png)
+![La salida de LayerNorm frente a ε](figures/03_layernorm_eps.png)
 
 Ver la [demo](../../notebooks/03_layernorm.ipynb), el [laboratorio](../labs/03_layernorm.ipynb)
 y la [solución del problema 1](../solutions/03_layernorm.md#problema-1).
@@ -173,6 +173,11 @@ def write_sample_edition(root: Path) -> None:
         (es / folder).mkdir(parents=True, exist_ok=True)
     (es / "theory" / f"{STEM}.md").write_text(
         stamp(root, f"theory/{STEM}.md") + CHAPTER_ES, encoding="utf-8"
+    )
+    figure = "theory/figures/03_layernorm_eps.png"  # the Spanish figure the chapter shows
+    (es / "theory" / "figures").mkdir(exist_ok=True)
+    (es / figure).write_bytes(
+        (root / "es" / figure if (root / "es" / figure).is_file() else root / figure).read_bytes()
     )
     (es / "solutions" / f"{STEM}.md").write_text(
         stamp(root, f"solutions/{STEM}.md") + SOLUTIONS_ES, encoding="utf-8"

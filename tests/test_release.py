@@ -267,6 +267,18 @@ def test_spanish_edition_ships_chapters_labs_and_start_page_not_solutions(spanis
     assert "es/README.md" in (spanish_edition / "README.md").read_text()
 
 
+def test_spanish_edition_ships_the_spanish_figures_its_chapters_show(spanish_edition):
+    from normlab import translation
+
+    shown = []
+    for chapter in sorted((spanish_edition / "es" / "theory").glob("[0-9][0-9]_*.md")):
+        where = chapter.relative_to(spanish_edition).as_posix()
+        shown += translation.analyse(chapter.read_text(encoding="utf-8"), where).figures
+    assert shown and all(f.startswith("es/theory/figures/") for f in shown), shown
+    missing = [f for f in shown if not (spanish_edition / f).is_file()]
+    assert missing == []
+
+
 def test_no_answer_region_is_in_the_spanish_labs(spanish_edition):
     assert leaks_in(spanish_edition / "es") == []
     # The same search does find the answers in a Spanish lab that holds them.

@@ -179,6 +179,20 @@ def test_every_internal_link_and_image_resolves(site):
     assert not broken, "\n".join(broken)
 
 
+def test_the_spanish_chapters_show_the_spanish_figures(site):
+    """Each image of a Spanish chapter's page is the Spanish PNG, byte for byte."""
+    spanish = {p.read_bytes() for p in (ROOT / "es" / "theory" / "figures").glob("*.png")}
+    english = {p.read_bytes() for p in (ROOT / "theory" / "figures").glob("*.png")}
+    shown = []
+    for page in sorted((site / "es" / "theory").glob("[0-9][0-9]_*.html")):
+        for reference in parse(page).images:
+            target = _target(site, page, reference)
+            if target is not None and target[0].suffix == ".png":
+                shown.append((page.name, target[0].read_bytes()))
+    assert shown, "no figure on the Spanish chapters' pages"
+    assert [name for name, data in shown if data not in spanish or data in english] == []
+
+
 def _links_from(site: Path, page: str) -> set[str]:
     """The pages that ``page`` links to, relative to the site's root."""
     source = site / page

@@ -401,7 +401,7 @@ SPANISH = """# 3. Normalización por capas
 Introducción: Ba et al. (2016), §3.1 y la Tabla 1. Con $\\varepsilon = 10^{-5}$ y la media $\\mu =
 \\frac1d \\sum_i x_i$, un lote de 1\u202f000 tokens cuesta un 23.6% más; `eps=1e-5` por defecto.
 
-![La salida frente a épsilon](../../theory/figures/03_layernorm_eps.png)
+![La salida frente a épsilon](figures/03_layernorm_eps.png)
 
 ## Las matemáticas
 
@@ -452,7 +452,7 @@ DRIFTS = {  # name: (text of the faithful translation, what replaces it, the pro
     "an inline code span translated": ("`eps=1e-5`", "`épsilon=1e-5`", "code spans"),
     "a code block changed": ("# a comment", "# un comentario", "code blocks"),
     "a figure dropped": (
-        "![La salida frente a épsilon](../../theory/figures/03_layernorm_eps.png)",
+        "![La salida frente a épsilon](figures/03_layernorm_eps.png)",
         "",
         "figures",
     ),
@@ -533,7 +533,8 @@ def test_links_must_resolve_and_point_to_the_spanish_pages(course):
     broken = {
         "#problema-1)": "#problem-1)",  # the English anchor
         "(#problemas-de-práctica)": "(#problemas-de-practica)",  # the accent dropped
-        "(../../theory/figures/03_layernorm_eps.png)": "(../theory/figures/03_layernorm_eps.png)",
+        "(figures/03_layernorm_eps.png)": "(figures/03_layernorm_epsilon.png)",  # no such file
+        "](figures/03_layernorm_eps.png)": "](../../theory/figures/03_layernorm_eps.png)",  # English
         "(../solutions/03_layernorm.md#problema-1)": "(../../solutions/03_layernorm.md#problem-1)",
         "(../../notebooks/03_layernorm.ipynb#a-small-helper-checked-against-pytorch)": "(../../notebooks/03_layernorm.ipynb#no-such)",
     }
