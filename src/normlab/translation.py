@@ -5,8 +5,8 @@ version it translates in its first line::
 
     <!-- es: translation of theory/03_layernorm.md sha256=<hex> -->
 
-(``es/START_HERE.ipynb`` keeps the same in ``metadata.normlab.translation_of`` / ``sha256``).
-When the English file changes, its hash no longer matches and the translation is *stale*.
+(the start page ``es/START_HERE.md`` and ``es/README.md`` included; a Spanish notebook would keep
+the same in ``metadata.normlab.translation_of`` / ``sha256``). When the English file changes, its hash no longer matches and the translation is *stale*.
 
 The Spanish labs are generated (``normlab labs``): the English lab of ``solutions/NN_stem.ipynb``
 with the text of ``es/catalog/NN_stem.json`` put in, keyed by cell id. A Markdown cell is
@@ -44,6 +44,9 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "06_pre_post_ln",
     "07_cost",
 )
+
+# The course's start page (Markdown, opened rendered); the Spanish one is es/START_HERE.md.
+START_PAGE = "START_HERE.md"
 
 STAMP = re.compile(r"^<!-- es: translation of (\S+) sha256=([0-9a-f]{64}) -->[ \t]*$")
 # Hand-written Spanish Markdown: folder -> the English folder it mirrors.
@@ -100,7 +103,7 @@ def stamped_files(root: Path) -> list[Path]:
     """Every hand-written Spanish file that carries a stamp (those that exist)."""
     es = Path(root) / LANG
     found = [p for folder in MIRRORED for p in sorted((es / folder).glob("[0-9][0-9]_*.md"))]
-    found += [p for p in (es / "README.md", es / "START_HERE.ipynb") if p.is_file()]
+    found += [p for p in (es / "README.md", es / START_PAGE) if p.is_file()]
     return found
 
 
@@ -695,11 +698,11 @@ def edition_problems(root: Path) -> list[str]:
     readme = root / LANG / "README.md"
     if readme.is_file():
         problems += link_problems(root, readme.read_text(encoding="utf-8"), f"{LANG}/README.md")
-    start = root / LANG / "START_HERE.ipynb"
+    start = root / LANG / START_PAGE
     if start.is_file():
-        notebook = nbformat.read(start, as_version=4)
-        text = "\n\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
-        problems += link_problems(root, text, f"{LANG}/START_HERE.ipynb", WORK_AS)
+        text = start.read_text(encoding="utf-8")
+        problems += link_problems(root, text, f"{LANG}/{START_PAGE}", WORK_AS)
+        problems += start_page_problems(root)
     for catalog in sorted((root / LANG / "catalog").glob("*.json")):
         try:
             problems += catalog_problems(root, catalog.stem)
@@ -709,6 +712,39 @@ def edition_problems(root: Path) -> list[str]:
     if (root / GLOSSARY).is_file():
         problems += glossary_problems(root)
     return problems
+
+
+def _start_page_targets(text: str, where: str) -> Counter:
+    """The pages a start page links (the other language's start page left out), in English
+    terms: a Spanish chapter as its English file, the learner's ``work/es/`` copy as ``work/``."""
+    targets: Counter = Counter()
+    for target, _ in analyse(text, where).links:
+        target = _to_english(_edition_folders_to_english(target))
+        if target not in (where, START_PAGE, f"{LANG}/{START_PAGE}"):
+            targets[target] += 1
+    return targets
+
+
+def start_page_problems(root: Path) -> list[str]:
+    """The Spanish start page against the English one: the same rows (chapter, lab, demo) for
+    every chapter that has a Spanish chapter (``es/theory/NN_stem.md``), and no other."""
+    root = Path(root)
+    english = _start_page_targets((root / START_PAGE).read_text(encoding="utf-8"), START_PAGE)
+    spanish_where = f"{LANG}/{START_PAGE}"
+    spanish = _start_page_targets((root / spanish_where).read_text(encoding="utf-8"), spanish_where)
+
+    def claimed(target: str) -> bool:
+        stem = PurePosixPath(target).stem
+        return (
+            not re.match(r"[0-9][0-9]_", stem) or (root / LANG / "theory" / f"{stem}.md").is_file()
+        )
+
+    english = Counter({t: n for t, n in english.items() if claimed(t)})
+    if english == spanish:
+        return []
+    return [
+        f"{spanish_where}: the pages it links differ from {START_PAGE}'s: {_diff(english, spanish)}"
+    ]
 
 
 def catalog_parity_problems(root: Path, stem: str) -> list[str]:
@@ -865,17 +901,10 @@ def spanish_texts(root: Path) -> list[tuple[str, str, bool]]:
     Spanish side of a catalog's code replacements (comments and strings of code)."""
     root = Path(root)
     texts = []
-    for path in spanish_markdown(root) + [root / LANG / "README.md"]:
+    for path in spanish_markdown(root) + [root / LANG / "README.md", root / LANG / START_PAGE]:
         if path.is_file():
             where = path.relative_to(root).as_posix()
             texts.append((where, _prose(path.read_text(encoding="utf-8"), where), True))
-    start = root / LANG / "START_HERE.ipynb"
-    if start.is_file():
-        notebook = nbformat.read(start, as_version=4)
-        for cell in notebook.cells:
-            if cell.cell_type == "markdown":
-                where = f"{LANG}/START_HERE.ipynb cell {cell.get('id')}"
-                texts.append((where, _prose(cell.source, f"{LANG}/START_HERE.ipynb"), True))
     for path in sorted((root / LANG / "catalog").glob("*.json")):
         for cell_id, entry in load_catalog(path)["cells"].items():
             if not isinstance(entry, dict):
