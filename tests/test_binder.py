@@ -205,7 +205,6 @@ def open_start_page(binder, browser, start: str, lab: str) -> dict:
         page.locator(f"{view} a[href*='{lab}']").first.click()
         # The click opens the learner's copy, a notebook, which starts its kernel: once the
         # server holds that session, it would hold one for the start page too, had it asked.
-        page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for()
         new: dict[str, str] = {}
         for _ in range(HANG_GUARD_S * 5):  # only a hung server ends this loop unmet
             new = {k: v for k, v in sessions(binder).items() if k not in sessions_before}
