@@ -10,8 +10,8 @@ Three kinds of test:
   labels), links and anchors, freshness of the stamps, completeness of the lab catalogs;
 * drift: each check is shown to fail on a deliberately changed copy.
 
-``SPANISH_CHAPTERS`` (src/normlab/translation.py) lists the chapters the edition claims to cover;
-the coverage test fails when a claimed chapter lacks a part and reports (as a skip) the
+``SPANISH_CHAPTERS`` (src/normlab/translation/scope.py) lists the chapters the edition claims to
+cover; the coverage test fails when a claimed chapter lacks a part and reports (as a skip) the
 chapters not translated yet.
 """
 
