@@ -21,7 +21,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 .PHONY: help lab test test-fast bench labs grade lint format clean-venv site
 
 help:
-	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.ipynb"
+	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.md"
 	@echo "make test   - set up .venv (first time) and run the whole suite"
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
@@ -44,9 +44,9 @@ $(VENV)/.installed: pyproject.toml
 lab: $(VENV)/.installed
 	$(VENV)/bin/normlab work --folder $(WORK)
 	@$(PY) -c 'import socket, sys; busy = not socket.socket().connect_ex(("127.0.0.1", $(PORT))); sys.exit(busy and "make lab: port $(PORT) is in use; choose another: make lab PORT=9000\nmake lab: el puerto $(PORT) está ocupado; elige otro: make lab PORT=9000")'
-	@test ! -f es/START_HERE.ipynb || echo "Español: la página de inicio en español es http://localhost:$(PORT)/lab/tree/es/START_HERE.ipynb (ábrela en el navegador de JupyterLab; si pide un token, usa el de la URL de abajo)"
+	@test ! -f es/START_HERE.md || echo "Español: la página de inicio en español es http://localhost:$(PORT)/lab/tree/es/START_HERE.md (ábrela en el navegador de JupyterLab; si pide un token, usa el de la URL de abajo)"
 	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.port_retries=0 $(BROWSER_FLAG) $(ROOT_FLAG) \
-	  --LabApp.default_url=/lab/tree/START_HERE.ipynb --LabApp.app_settings_dir=$(LAB_SETTINGS)
+	  --LabApp.default_url=/lab/tree/START_HERE.md --LabApp.app_settings_dir=$(LAB_SETTINGS)
 
 # One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
 # in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share

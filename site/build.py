@@ -189,7 +189,7 @@ def rewrite_links(text: str, page: Path, extra_files: set[Path]) -> str:
             new = os.path.relpath(STAGED_AS[relative], staged_page.parent)
             return f"[{label}]({new}{'#' + anchor if anchor else ''})"
         if PUBLISHED and relative.suffix in (".md", ".ipynb") and relative not in PUBLISHED:
-            return label  # START_HERE.ipynb, a learner's work/ copy: not pages of the site
+            return label  # START_HERE.md, a learner's work/ copy: not pages of the site
         if resolved.is_file() and relative.suffix not in (".md", ".ipynb"):
             extra_files.add(relative)
         return match.group(0)
@@ -251,7 +251,7 @@ def learners_readme(text: str) -> str:
 def home_page(extra_files: set[Path]) -> str:
     readme = learners_readme((ROOT / "README.md").read_text())
     readme = rewrite_links(readme, ROOT / "README.md", extra_files)
-    readme = insert_after_title(readme, launch_strip("START_HERE.ipynb"))
+    readme = insert_after_title(readme, launch_strip("START_HERE.md"))
     all_stems = stems()
 
     def toctree(caption: str, entries: list[str]) -> str:
@@ -297,7 +297,7 @@ def spanish_home_page(extra_files: set[Path]) -> str:
     else:
         text = "# normlab en español\n"
     text = insert_after_title(text, language_switch("../index.md", "English: the English edition"))
-    text = insert_after_title(text, launch_strip("es/START_HERE.ipynb", None, "es"))
+    text = insert_after_title(text, launch_strip("es/START_HERE.md", None, "es"))
     captions = {"theory": "Capítulos", "labs": "Laboratorios", "solutions": "Soluciones"}
     for folder, have in spanish_pages().items():
         body = "\n".join(f"{folder}/{s}" for s in have)
@@ -346,7 +346,7 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
             pair_strip(stem, "labs") + "\n" + launch + "\n" + lab_note(stem),
         )
     for document in sorted((ROOT / "docs").glob("*.md")):
-        block = launch_strip("START_HERE.ipynb")
+        block = launch_strip("START_HERE.md")
         stage_markdown(document, STAGE / "docs" / document.name, extra_files, block)
     for folder, have in spanish_pages().items():
         for stem in have:

@@ -161,7 +161,7 @@ Con una sola característica, $x - \\mu = 0$, así que $\\hat x = 0$ e $y = \\be
 
 README_ES = """# normlab en español
 
-La edición en español del curso: empieza por la [página de inicio](START_HERE.ipynb) o por el
+La edición en español del curso: empieza por la [página de inicio](START_HERE.md) o por el
 [capítulo 3](theory/03_layernorm.md). La edición en inglés: [README](../README.md).
 """
 
@@ -183,18 +183,11 @@ def write_sample_edition(root: Path) -> None:
         stamp(root, f"solutions/{STEM}.md") + SOLUTIONS_ES, encoding="utf-8"
     )
     (es / "README.md").write_text(stamp(root, "README.md") + README_ES, encoding="utf-8")
-    start = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_markdown_cell(
-                "# normlab — empieza aquí\n\n"
-                "Lee el [capítulo 3](theory/03_layernorm.md) y rellena tu copia del "
-                "[laboratorio](../work/es/03_layernorm.ipynb)."
-            )
-        ]
+    (es / "START_HERE.md").write_text(
+        stamp(root, "START_HERE.md") + "# normlab — empieza aquí\n\n"
+        "Lee el [capítulo 3](theory/03_layernorm.md), rellena tu copia del "
+        "[laboratorio](../work/es/03_layernorm.ipynb) y ejecuta la "
+        "[demo](../notebooks/03_layernorm.ipynb).\n",
+        encoding="utf-8",
     )
-    start.metadata["normlab"] = {
-        "translation_of": "START_HERE.ipynb",
-        "sha256": hashlib.sha256((root / "START_HERE.ipynb").read_bytes()).hexdigest(),
-    }
-    nbformat.write(start, es / "START_HERE.ipynb")
     write_catalog(root, STEM, sample_catalog(root))

@@ -7,7 +7,9 @@ to a temporary folder, ``postBuild`` runs there with a Jupyter configuration fol
 (Binder's ``~/.jupyter``), and a plain ``jupyter lab`` serves the folder. Then, through that
 server: the launch page opens, the chapters open rendered (the course's settings reached
 JupyterLab), every link of both start pages, of the chapters and of the learner's copies of the
-labs leads to a file, and in a browser the links of a Spanish lab copy open the Spanish chapter.
+labs leads to a file, and in a browser: the start pages open rendered, start no kernel and stay
+unmodified, their links open the learner's copies in ``work/``, and the links of a Spanish lab
+copy open the Spanish chapter.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ VENV = ROOT / ".venv"
 
 
 def binder_launch_path() -> str:
-    """The page docs/running.md's Binder link opens (its urlpath), e.g. lab/tree/START_HERE.ipynb."""
+    """The page docs/running.md's Binder link opens (its urlpath), e.g. lab/tree/START_HERE.md."""
     text = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
     home = repository_url(ROOT).removeprefix("https://github.com/")
     links = re.findall(
@@ -134,9 +136,9 @@ def markdown_of(path: Path) -> str:
 
 def test_the_launch_link_opens_the_start_page(binder):
     path = binder_launch_path()
-    assert path == "lab/tree/START_HERE.ipynb", path
+    assert path == "lab/tree/START_HERE.md", path
     assert b"JupyterLab" in api(binder, "/" + path)
-    assert contents(binder, "START_HERE.ipynb")["type"] == "notebook"
+    assert contents(binder, "START_HERE.md")["type"] == "file"
 
 
 def test_chapters_open_rendered(binder):
@@ -148,7 +150,7 @@ def test_chapters_open_rendered(binder):
 
 def test_every_link_of_the_start_pages_chapters_and_lab_copies_leads_to_a_file(binder):
     course = binder["course"]
-    pages = [course / "START_HERE.ipynb", course / "es" / "START_HERE.ipynb"]
+    pages = [course / "START_HERE.md", course / "es" / "START_HERE.md"]
     pages += sorted((course / "theory").glob("[0-9][0-9]_*.md"))
     pages += sorted((course / "es" / "theory").glob("[0-9][0-9]_*.md"))
     pages += sorted((course / "work").glob("[0-9][0-9]_*.ipynb"))
@@ -166,7 +168,7 @@ def test_every_link_of_the_start_pages_chapters_and_lab_copies_leads_to_a_file(b
                 broken.append(f"{page.relative_to(course)} -> {target} ({error})")
                 continue
             followed += 1
-            if page.name == "START_HERE.ipynb" and path.startswith("work/"):
+            if page.name == "START_HERE.md" and path.startswith("work/"):
                 your_labs.append(path)
                 assert record["type"] == "notebook", path
     assert not broken, "\n".join(broken)
@@ -175,6 +177,85 @@ def test_every_link_of_the_start_pages_chapters_and_lab_copies_leads_to_a_file(b
         [f"work/{name}" for name in labs] + [f"work/es/{name}" for name in labs]
     )
     assert followed > 4 * len(labs)
+
+
+def sessions(binder) -> dict[str, str]:
+    """Session id -> the path of the document its kernel serves, of every session the server
+    holds."""
+    found = json.loads(api(binder, "/api/sessions"))
+    return {s["id"]: s["path"] for s in found if s.get("kernel")}
+
+
+def open_start_page(binder, browser, start: str, lab: str) -> dict:
+    """Open the start page ``start`` in JupyterLab, as the launch link does, then click its link
+    to the learner's copy ``lab``; report what the browser and the server saw."""
+    course = binder["course"]
+    before, sessions_before = (course / start).read_bytes(), sessions(binder)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(HANG_GUARD_S * 1000)
+    try:
+        # A workspace of its own: JupyterLab restores a workspace's tabs, and those of an
+        # earlier page would stand in front of this one.
+        workspace = f"/lab/workspaces/{secrets.token_hex(4)}/tree/{start}"
+        page.goto(f"{binder['url']}{workspace}?token={binder['token']}")
+        view = ".jp-MarkdownViewer .jp-RenderedMarkdown"
+        page.locator(f"{view} h1").first.wait_for()
+        title = page.locator(f"{view} h1").first.inner_text()
+        hrefs = page.locator(f"{view} a[href]").evaluate_all("els => els.map(e => e.href)")
+        page.locator(f"{view} a[href*='{lab}']").first.click()
+        # The click opens the learner's copy, a notebook, which starts its kernel: once the
+        # server holds that session, it would hold one for the start page too, had it asked.
+        new: dict[str, str] = {}
+        for _ in range(HANG_GUARD_S * 5):  # only a hung server ends this loop unmet
+            new = {k: v for k, v in sessions(binder).items() if k not in sessions_before}
+            if lab in new.values():
+                break
+            page.wait_for_timeout(200)
+        tabs = page.locator(".lm-DockPanel .lm-TabBar-tab").evaluate_all(
+            "els => els.map(e => [e.innerText, e.className])"
+        )
+        return {
+            "title": title,
+            "hrefs": hrefs,
+            "new sessions": sorted(new.values()),
+            "tabs": tabs,
+            "file unchanged": (course / start).read_bytes() == before,
+        }
+    finally:
+        page.close()
+        for session in sessions(binder):
+            if session not in sessions_before:  # the lab's kernel, shut down for the next test
+                request = urllib.request.Request(
+                    f"{binder['url']}/api/sessions/{session}?token={binder['token']}",
+                    method="DELETE",
+                )
+                urllib.request.urlopen(request, timeout=60).close()
+
+
+@pytest.mark.parametrize("language", ["en", "es"])
+def test_the_start_page_opens_rendered_without_a_kernel_and_leads_to_the_labs(
+    binder, browser, language
+):
+    """The start page in JupyterLab: rendered, no kernel, never modified; each row's "your lab"
+    link is the learner's copy in work/ (work/es/ for the Spanish page), and a click opens it."""
+    start = binder_launch_path().removeprefix("lab/tree/")
+    work = "work"
+    if language == "es":
+        start, work = f"es/{start}", "work/es"
+    seen = open_start_page(binder, browser, start, f"{work}/03_layernorm.ipynb")
+    assert seen["title"].startswith("normlab —"), seen
+    assert seen["new sessions"] == [f"{work}/03_layernorm.ipynb"], seen
+    # Two tabs: the start page, which shows no unsaved change, and the lab, now in front.
+    (page_tab,) = [c for t, c in seen["tabs"] if t.strip() == Path(start).name]
+    (lab_tab,) = [c for t, c in seen["tabs"] if t.strip() == "03_layernorm.ipynb"]
+    assert "lm-mod-dirty" not in page_tab and "lm-mod-current" in lab_tab, seen["tabs"]
+    assert seen["file unchanged"], seen
+    labs = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+    local = {h.split("?")[0] for h in seen["hrefs"] if h.startswith(binder["url"])}
+    linked = {h for h in local if "/files/work/" in h}
+    assert linked == {f"{binder['url']}/files/{work}/{name}" for name in labs}, seen["hrefs"]
+    for href in local:  # each address the page gives a link answers
+        assert urllib.request.urlopen(f"{href}?token={binder['token']}", timeout=60).status == 200
 
 
 def test_a_spanish_lab_copy_links_open_the_spanish_chapter_in_the_browser(binder, browser):

@@ -189,8 +189,7 @@ def test_the_course_address_has_one_home_that_every_file_quotes_alike():
     running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
     assert f'"normlab @ git+{home}"' in running
     assert (
-        f"https://mybinder.org/v2/gh/{owner}/{name}/HEAD?urlpath=lab/tree/START_HERE.ipynb"
-        in running
+        f"https://mybinder.org/v2/gh/{owner}/{name}/HEAD?urlpath=lab/tree/START_HERE.md" in running
     )
 
 

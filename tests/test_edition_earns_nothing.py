@@ -42,7 +42,7 @@ INFRASTRUCTURE = {
     "cli.py",
     "pytest_plugin.py",
     "release.py",
-    "translation.py",
+    "translation",
     "grader/grade.py",
     "grader/gradescope.py",
     "grader/lms.py",
@@ -148,7 +148,8 @@ def edition_functions(edition: Path) -> dict[str, object]:
         package = edition / "src" / "normlab"
         for path in sorted(package.rglob("*.py")):
             label = path.relative_to(package).as_posix()
-            if label in INFRASTRUCTURE or label.split("/")[0:2] in (["grader", "isolation"],):
+            folders = {"/".join(label.split("/")[:depth]) for depth in (1, 2)}
+            if label in INFRASTRUCTURE or folders & INFRASTRUCTURE:
                 continue
             found.update(module_functions(path, f"src/normlab/{label}"))
     return found

@@ -92,7 +92,7 @@ def test_no_solutions_worked_solutions_or_tests_are_shipped(edition):
     assert not [n for n in names if n.startswith(("solutions", "tests", "work/", "build"))]
     for path in edition.rglob("*.md"):
         assert "### BEGIN SOLUTION" not in path.read_text()
-    assert {"theory", "labs", "notebooks", "src", "START_HERE.ipynb"} <= names
+    assert {"theory", "labs", "notebooks", "src", "START_HERE.md"} <= names
 
 
 def kinds(statements) -> tuple[str, ...]:
@@ -261,7 +261,7 @@ def spanish_edition(tmp_path_factory):
 
 def test_spanish_edition_ships_chapters_labs_and_start_page_not_solutions(spanish_edition):
     names = {p.relative_to(spanish_edition).as_posix() for p in spanish_edition.rglob("*")}
-    assert {"es/theory", "es/labs", "es/START_HERE.ipynb", "es/README.md"} <= names
+    assert {"es/theory", "es/labs", "es/START_HERE.md", "es/README.md"} <= names
     assert {f"es/labs/{stem}.ipynb" for stem in all_labs()} <= names
     assert not [n for n in names if n.startswith(("es/solutions", "es/catalog"))]
     assert "es/README.md" in (spanish_edition / "README.md").read_text()

@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.request
 
-import nbformat
 import pytest
 from conftest import HANG_GUARD_S, ROOT
 
@@ -65,17 +64,15 @@ def test_make_lab_serves_the_start_page():
                 break
             log.append(line)
             found = re.search(
-                rf"http://(?:localhost|127\.0\.0\.1):{port}/lab/tree/START_HERE\.ipynb\?token=(\w+)",
+                rf"http://(?:localhost|127\.0\.0\.1):{port}/lab/tree/START_HERE\.md\?token=(\w+)",
                 line,
             )
             token = found and found.group(1)
         assert token, "".join(log[-20:])
         # The printed URL opens the start page itself, not the Launcher.
-        page = fetch(
-            f"http://localhost:{port}/lab/tree/START_HERE.ipynb?token={token}", process, log
-        )
+        page = fetch(f"http://localhost:{port}/lab/tree/START_HERE.md?token={token}", process, log)
         assert b"JupyterLab" in page
-        url = f"http://localhost:{port}/api/contents/START_HERE.ipynb?token={token}"
+        url = f"http://localhost:{port}/api/contents/START_HERE.md?token={token}"
         assert b"start here" in fetch(url, process, log)
     finally:
         guard.cancel()
@@ -84,8 +81,7 @@ def test_make_lab_serves_the_start_page():
 
 
 def test_start_page_links_every_chapter_and_lab():
-    start = nbformat.read(ROOT / "START_HERE.ipynb", as_version=4)
-    text = "\n".join(cell.source for cell in start.cells)
+    text = (ROOT / "START_HERE.md").read_text(encoding="utf-8")
     for chapter in sorted((ROOT / "theory").glob("[0-9][0-9]_*.md")):
         assert f"](theory/{chapter.name})" in text
         assert f"](work/{chapter.stem}.ipynb)" in text

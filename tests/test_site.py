@@ -281,10 +281,10 @@ def test_the_home_page_is_for_learners(site):
     assert {"docs/instructors.html", "docs/authoring.html"} <= _links_from(site, "index.html")
     assert "Course map" in plain and "Checking your work" in plain
     assert any(
-        link.endswith("lab/tree/START_HERE.ipynb") for link in _launch_links(site / "index.html")
+        link.endswith("lab/tree/START_HERE.md") for link in _launch_links(site / "index.html")
     )
     es_home = site / "es" / "index.html"
-    assert any(link.endswith("lab/tree/es/START_HERE.ipynb") for link in _launch_links(es_home))
+    assert any(link.endswith("lab/tree/es/START_HERE.md") for link in _launch_links(es_home))
 
 
 # --- in a real browser ------------------------------------------------------------------------

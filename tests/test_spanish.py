@@ -10,8 +10,8 @@ Three kinds of test:
   labels), links and anchors, freshness of the stamps, completeness of the lab catalogs;
 * drift: each check is shown to fail on a deliberately changed copy.
 
-``SPANISH_CHAPTERS`` (src/normlab/translation.py) lists the chapters the edition claims to cover;
-the coverage test fails when a claimed chapter lacks a part and reports (as a skip) the
+``SPANISH_CHAPTERS`` (src/normlab/translation/scope.py) lists the chapters the edition claims to
+cover; the coverage test fails when a claimed chapter lacks a part and reports (as a skip) the
 chapters not translated yet.
 """
 
@@ -65,7 +65,7 @@ def course(tmp_path):
     """The parts of the course the generator reads, with the sample catalog of 03_layernorm."""
     for folder in ("solutions", "theory", "notebooks", "docs"):
         shutil.copytree(ROOT / folder, tmp_path / folder)
-    for name in ("README.md", "START_HERE.ipynb"):
+    for name in ("README.md", "START_HERE.md"):
         shutil.copy2(ROOT / name, tmp_path / name)
     write_catalog(tmp_path, STEM, sample_catalog(tmp_path))
     return tmp_path
@@ -313,15 +313,11 @@ def test_translation_has_the_same_structure_math_numbers_code_and_links(spanish)
 
 @pytest.mark.parametrize(
     "spanish",
-    [*SPANISH_MARKDOWN, *[p for p in (ES / "README.md", ES / "START_HERE.ipynb") if p.is_file()]],
+    [*SPANISH_MARKDOWN, *[p for p in (ES / "README.md", ES / "START_HERE.md") if p.is_file()]],
     ids=rel,
 )
 def test_every_link_and_anchor_of_a_spanish_file_resolves(spanish):
-    if spanish.suffix == ".ipynb":
-        notebook = nbformat.read(spanish, as_version=4)
-        text = "\n\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
-    else:
-        text = spanish.read_text(encoding="utf-8")
+    text = spanish.read_text(encoding="utf-8")
     assert translation.link_problems(ROOT, text, rel(spanish), translation.WORK_AS) == []
 
 
@@ -346,7 +342,7 @@ def test_claimed_chapters_are_complete_and_the_rest_are_listed():
     for stem in translation.SPANISH_CHAPTERS:
         assert (ES / "labs" / f"{stem}.ipynb").is_file(), f"no es/labs/{stem}.ipynb: make labs"
     if translation.SPANISH_CHAPTERS:  # an edition that claims chapters has its front pages
-        assert (ES / "README.md").is_file() and (ES / "START_HERE.ipynb").is_file()
+        assert (ES / "README.md").is_file() and (ES / "START_HERE.md").is_file()
     if missing:
         pytest.skip(
             "not translated yet (not claimed): "
@@ -355,10 +351,33 @@ def test_claimed_chapters_are_complete_and_the_rest_are_listed():
 
 
 def test_the_start_page_offers_the_spanish_one():
-    notebook = nbformat.read(ROOT / "START_HERE.ipynb", as_version=4)
-    text = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
-    assert "Español: [es/START_HERE.ipynb](es/START_HERE.ipynb)" in text
-    assert "es/START_HERE.ipynb" in (ROOT / "Makefile").read_text()
+    text = (ROOT / "START_HERE.md").read_text(encoding="utf-8")
+    assert "Español: [es/START_HERE.md](es/START_HERE.md)" in text
+    assert "es/START_HERE.md" in (ROOT / "Makefile").read_text()
+    assert "English: [START_HERE.md](../START_HERE.md)" in (ES / "START_HERE.md").read_text()
+
+
+def test_the_spanish_start_page_has_a_row_for_every_spanish_chapter():
+    assert translation.start_page_problems(ROOT) == []
+
+
+def test_a_start_page_row_missing_or_extra_in_spanish_is_found(course):
+    write_sample_edition(course)
+    assert translation.start_page_problems(course) == []
+    page = course / "es" / "START_HERE.md"
+    text = page.read_text(encoding="utf-8")
+    # The Spanish row of chapter 03 loses a page that the English row links (its demo).
+    demo = "[demo](../notebooks/03_layernorm.ipynb)"
+    page.write_text(text.replace(demo, "la demo"), encoding="utf-8")
+    (problem,) = translation.start_page_problems(course)
+    assert "missing ['notebooks/03_layernorm.ipynb']" in problem, problem
+    # A row for a chapter the Spanish edition does not have (04: no es/theory/04_rmsnorm.md).
+    extra = "\n[RMSNorm](../work/es/04_rmsnorm.ipynb)\n"
+    page.write_text(text + extra, encoding="utf-8")
+    (problem,) = translation.start_page_problems(course)
+    assert "not in the English ['work/04_rmsnorm.ipynb']" in problem, problem
+    page.write_text(text, encoding="utf-8")
+    assert translation.start_page_problems(course) == []
 
 
 # ----------------------------------------------------------------------------- drift
@@ -550,15 +569,12 @@ def test_staleness_when_the_english_changes_after_stamping(course):
         f"es/theory/{STEM}.md",
         f"es/solutions/{STEM}.md",
         "es/README.md",
-        "es/START_HERE.ipynb",
+        "es/START_HERE.md",
     }
     assert [translation.stamp_problem(course, p) for p in stamped] == [None] * 4
-    for english in (f"theory/{STEM}.md", f"solutions/{STEM}.md", "README.md"):
+    for english in (f"theory/{STEM}.md", f"solutions/{STEM}.md", "README.md", "START_HERE.md"):
         with open(course / english, "a", encoding="utf-8") as stream:
             stream.write("\nOne more English sentence.\n")
-    notebook = nbformat.read(course / "START_HERE.ipynb", as_version=4)
-    notebook.cells[0].source += "\n\nOne more English sentence."
-    nbformat.write(notebook, course / "START_HERE.ipynb")
     problems = [translation.stamp_problem(course, p) for p in stamped]
     assert all(p and "stale" in p for p in problems), problems
     # Restamping (after updating the translation) makes them fresh again.

@@ -113,9 +113,7 @@ def serve_and_stop(course, until=None):
             log.append(line)
             if until is not None and until in line:
                 return "".join(log)
-            found = re.search(
-                rf"http://localhost:{port}/lab/tree/START_HERE\.ipynb\?token=\w+", line
-            )
+            found = re.search(rf"http://localhost:{port}/lab/tree/START_HERE\.md\?token=\w+", line)
             url = found and found.group(0)
         assert url, "".join(log[-20:])
         assert b"JupyterLab" in fetch(url, process, log)
@@ -131,16 +129,16 @@ def serve_and_stop(course, until=None):
         )
         viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
         assert viewers.get("markdown") == "Markdown Preview", viewers
-        if (course / "es" / "START_HERE.ipynb").is_file():
-            spanish = f"http://localhost:{port}/lab/tree/es/START_HERE.ipynb"
+        if (course / "es" / "START_HERE.md").is_file():
+            spanish = f"http://localhost:{port}/lab/tree/es/START_HERE.md"
             assert spanish in "".join(log), "".join(log[-20:])
             assert b"JupyterLab" in fetch(f"{spanish}?token={token}", process, log)
             contents = fetch(
-                f"http://localhost:{port}/api/contents/es/START_HERE.ipynb?token={token}",
+                f"http://localhost:{port}/api/contents/es/START_HERE.md?token={token}",
                 process,
                 log,
             )
-            assert json.loads(contents)["type"] == "notebook"
+            assert json.loads(contents)["type"] == "file"
         return "".join(log)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -224,7 +222,7 @@ def with_spanish_edition(course):
 
     from normlab.build import build_all
 
-    if not (course / "es" / "START_HERE.ipynb").is_file():
+    if not (course / "es" / "START_HERE.md").is_file():
         write_sample_edition(course)
         assert build_all(course) == 0
     return course

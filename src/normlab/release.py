@@ -2,7 +2,7 @@
 
 The edition holds the chapters, the labs, the demos, the start page and the package that
 ``check()`` imports, and the same of the Spanish edition (``es/theory``, ``es/labs``,
-``es/START_HERE.ipynb``, ``es/README.md``). It leaves out the solution notebooks, the worked
+``es/START_HERE.md``, ``es/README.md``). It leaves out the solution notebooks, the worked
 solutions (also ``es/solutions``), the Spanish lab catalog, the tests and the instructor's
 documents (it keeps ``docs/running.md``, which is the learner's), and it removes every lab answer
 from what it ships:
@@ -53,8 +53,8 @@ from normlab.grader import keys
 SHIPPED = ["theory", "labs", "notebooks", "benchmarks/results", "jupyterlab-settings"]
 SHIPPED += ["es/theory"]
 SHIPPED += ["es/labs"]
-SHIPPED_FILES = ["START_HERE.ipynb", "pyproject.toml", "environment.yml", ".gitignore"]
-SHIPPED_FILES += ["es/START_HERE.ipynb", "docs/running.md"]
+SHIPPED_FILES = ["START_HERE.md", "pyproject.toml", "environment.yml", ".gitignore"]
+SHIPPED_FILES += ["es/START_HERE.md", "docs/running.md"]
 # Binder's build step (the learner's copies in work/, the course's JupyterLab settings).
 SHIPPED_FILES += ["postBuild"]
 # The website's builder: ``make site`` in the edition builds an answer-free site from it.
@@ -302,7 +302,7 @@ def _edition_readme(root: Path) -> str:
             "",
             *(
                 [
-                    "Español: [es/README.md](es/README.md) · [es/START_HERE.ipynb](es/START_HERE.ipynb)",
+                    "Español: [es/README.md](es/README.md) · [es/START_HERE.md](es/START_HERE.md)",
                     "",
                 ]
                 if (root / "es" / "README.md").is_file()
@@ -339,7 +339,7 @@ def _edition_readme_es(root: Path) -> str:
             "Ejecuta estos comandos en la carpeta principal del curso (la que contiene `es/`).",
             "Completas tus copias de los laboratorios en `work/es/`: ningún comando las"
             " sobrescribe.",
-            "La página de inicio en español es [START_HERE.ipynb](START_HERE.ipynb); otras formas",
+            "La página de inicio en español es [START_HERE.md](START_HERE.md); otras formas",
             "de ejecutar los laboratorios (conda, un Jupyter alojado):"
             " [docs/running.md](../docs/running.md) (en inglés).",
             "",
