@@ -51,6 +51,7 @@ from normlab.translation.edition import (  # noqa: F401
     start_page_problems,
 )
 from normlab.translation.glossary import (  # noqa: F401
+    FIGURE_TEXTS,
     GLOSSARY,
     GLOSSARY_PAGE,
     PO_FILE,

@@ -12,12 +12,14 @@ from normlab.translation.scope import LANG, START_PAGE
 from normlab.translation.stamps import spanish_markdown
 
 # One Spanish term per concept, for every Spanish text of the course: chapters, worked
-# solutions, the lab catalogs, the README and start page, and the grader's messages (es.po).
+# solutions, the lab catalogs, the README and start page, the figures' texts (es/figures.json)
+# and the grader's messages (es.po).
 # es/glossary.json is the machine-readable list (each entry's "avoid" patterns are the variants
 # it replaces); es/GLOSARIO.md is the page a translator reads.
 GLOSSARY = PurePosixPath(LANG) / "glossary.json"
 GLOSSARY_PAGE = PurePosixPath(LANG) / "GLOSARIO.md"
 PO_FILE = PurePosixPath("src/normlab/grader/locale") / f"{LANG}.po"
+FIGURE_TEXTS = PurePosixPath(LANG) / "figures.json"
 
 
 def load_glossary(root: Path) -> list[dict]:
@@ -52,6 +54,12 @@ def spanish_texts(root: Path) -> list[tuple[str, str, bool]]:
             for pair in entry.get("replace", []):
                 if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
                     texts.append((where, pair[1], False))
+    figures = root / FIGURE_TEXTS
+    if figures.is_file():  # the figures' texts (normlab.plotting): one text a label
+        for english, text in json.loads(figures.read_text(encoding="utf-8")).items():
+            texts.append(
+                (f"{FIGURE_TEXTS} text {english!r}", _prose(text, FIGURE_TEXTS.as_posix()), True)
+            )
     po = root / PO_FILE
     if po.is_file():
         from normlab.grader.i18n import read_po

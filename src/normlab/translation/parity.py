@@ -354,4 +354,10 @@ def link_problems(root: Path, text: str, where: str, work_as: dict | None = None
     for figure in parts.figures:
         if not (root / figure).is_file():
             broken.append(f"{where}: image {figure} (no such file)")
+        elif where.startswith(LANG + "/") and not figure.startswith(LANG + "/"):
+            # a chapter figure is drawn in both languages (normlab.plotting.bilingual_figure)
+            broken.append(
+                f"{where}: shows the English {figure}; show the Spanish {LANG}/{figure}"
+                + ("" if (root / LANG / figure).is_file() else " (not drawn in Spanish yet)")
+            )
     return broken
