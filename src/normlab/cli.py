@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from normlab.startup import skip_unused_iri_parser
+
 
 def _grade(args) -> int:
     import time
@@ -364,18 +366,6 @@ def _translations(args) -> int:
         f"the Spanish files are in step with the English ({len(translation.stamped_files(root))} stamped files)"
     )
     return 0
-
-
-def skip_unused_iri_parser() -> None:
-    """Skip an import that nothing here uses: 1.9 s of CPU in each command that reads notebooks.
-
-    nbformat imports jsonschema, which imports its optional checker for the "iri" format
-    (rfc3987-syntax 1.1), and that builds a Lark parser as it is imported. The notebook schemas
-    have no "format" keyword, so no IRI is ever checked. A command is a process of its own;
-    where jsonschema is already imported this changes nothing.
-    """
-    if "jsonschema" not in sys.modules:
-        sys.modules.setdefault("rfc3987_syntax", None)
 
 
 def main(argv: list[str] | None = None) -> int:
