@@ -145,15 +145,25 @@ def test_the_search_finds_the_answers_the_course_itself_holds():
     assert keys_found  # MEASURED_FIXES = "abcd" is POSTLN_FIXES's answer
 
 
+def choice_keys(source: str) -> list[ast.expr]:
+    """The key of every multiple-choice check of a module, in both forms it is written in:
+    ``choice(LAB, ..., key="b")`` and ``expect_choice(sub.get("NAME"), "b", ...)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "choice":
+            found += [k.value for k in node.keywords if k.arg == "key"]
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "expect_choice":
+            found.append(node.args[1])
+    return found
+
+
 def test_answer_keys_are_not_stored_in_plain_text(edition):
     plain_keys = []
     for module in (edition / "src" / "normlab" / "grader" / "checks").glob("*.py"):
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "expect_choice":
-                key = node.args[1]
-                assert isinstance(key, ast.Constant) and key.value.startswith(keys.PREFIX)
-                plain_keys.append(key.value)
-    assert len(plain_keys) >= 10
+        for key in choice_keys(module.read_text()):
+            assert isinstance(key, ast.Constant) and key.value.startswith(keys.PREFIX)
+            plain_keys.append(key.value)
+    assert len(plain_keys) >= 11
     # The letters that name each wrong option's misconception would give the key by elimination.
     why_letters = []
     for module in (edition / "src" / "normlab" / "grader" / "checks").glob("*.py"):
@@ -170,6 +180,28 @@ def test_answer_keys_are_not_stored_in_plain_text(edition):
     package = "\n".join(p.read_text() for p in (edition / "src").rglob("*.py"))
     constants = {n.value for n in ast.walk(ast.parse(package)) if isinstance(n, ast.Constant)}
     assert {v for v in values if isinstance(v, str) and len(v) > 1} & constants == set()
+
+
+CHOICES_BOTH_WAYS = """
+choice(LAB, "problem 1 (multiple choice)", points=1, name="A_ANSWER", key="b", hint="h", why=A_WHY)
+
+
+@LAB.check("problem 2 (multiple choice)", points=1, uses=["B_ANSWER"])
+def problem_b(sub):
+    expect_choice(sub.get("B_ANSWER"), "c", what="B_ANSWER", hint="h", why=B_WHY)
+"""
+
+
+def test_both_forms_of_a_multiple_choice_check_have_their_key_hashed():
+    from normlab.release import hide_keys
+
+    source, count = hide_keys(CHOICES_BOTH_WAYS, "checks/x.py", set())
+    hidden = [key.value for key in choice_keys(source)]
+    assert count == 2 and len(hidden) == 2
+    assert all(value.startswith(keys.PREFIX) for value in hidden)
+    assert keys.matches("b", hidden[0]) and keys.matches("c", hidden[1])
+    assert not keys.matches("c", hidden[0]) and not keys.matches("b", hidden[1])
+    assert '"b"' not in source and '"c"' not in source
 
 
 def test_hashed_keys_match_only_the_right_answer():
