@@ -21,8 +21,15 @@ import textwrap
 
 import nbformat
 import pytest
-from conftest import ROOT
-from test_workflow import VENV, fill_with_solutions
+from conftest import (
+    ROOT,
+    VENV,
+    course_copy,
+    fill_answer_regions,
+    fill_with_solutions,
+    make,
+    serve_and_stop,
+)
 
 from normlab.grader import keys
 from normlab.grader.registry import all_labs
@@ -275,7 +282,6 @@ def spanish_edition(tmp_path_factory):
     """The student edition of a course copy that has a Spanish edition: the sample chapter 03
     and, for every lab, its catalog (the repository's, or a pseudo-translation)."""
     from spanish_sample import pseudo_catalog, write_catalog, write_sample_edition
-    from test_workflow import course_copy
 
     from normlab.build import build_all
 
@@ -314,8 +320,6 @@ def test_no_answer_region_is_in_the_spanish_labs(spanish_edition):
 def test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled(spanish_edition, tmp_path):
     """The Spanish labs, graded by the edition's grader (their answers, pasted into the
     Spanish cells, earn full marks: what the repository's Spanish labs earn too)."""
-    from test_spanish import fill_answer_regions
-
     grade_fresh_and_filled(
         spanish_edition,
         spanish_edition / "es" / "labs",
@@ -363,8 +367,6 @@ def dead_links(course):
 def test_the_link_finder_finds_the_links_the_edition_must_not_keep(tmp_path):
     """On a copy of the course without its worked solutions, the same search finds the chapters'
     and labs' links to them, in both languages."""
-    from test_workflow import course_copy
-
     course = course_copy(tmp_path)
     shutil.rmtree(course / "solutions")
     shutil.rmtree(course / "es" / "solutions", ignore_errors=True)
@@ -439,14 +441,13 @@ def test_a_student_uses_the_edition_and_an_instructor_builds_its_site(tmp_path, 
     then every link of every Markdown file and notebook leads to a file (the start page's links
     to the learner's copies, once `make lab` has made them). The instructor's `make site` builds
     a website with no worked solution and no lab answer."""
-    import test_workflow
-    from test_workflow import make, serve_and_stop
+    import conftest
 
     course = tmp_path / "edition"
     assert write_release(ROOT, course) == 0
     # The edition's own package, not this checkout's: what the student's .venv would hold.
-    environment = {**test_workflow.MAKE_ENV, "PYTHONPATH": str(course / "src")}
-    monkeypatch.setattr(test_workflow, "MAKE_ENV", environment)
+    environment = {**conftest.MAKE_ENV, "PYTHONPATH": str(course / "src")}
+    monkeypatch.setattr(conftest, "MAKE_ENV", environment)
 
     def lab():
         log = serve_and_stop(course)
