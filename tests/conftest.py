@@ -17,9 +17,13 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 import types
+import urllib.request
 from pathlib import Path
 
 # One thread per process, in this process and in every process the suite starts (kernels,
@@ -308,3 +312,346 @@ def browser():
         )
         yield browser
         browser.close()
+
+
+# ----------------------------------------------------------------------------- shared helpers
+# Helpers that several test modules use live here: a test module never imports another.
+
+VENV = ROOT / ".venv"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def fetch(url: str, process: subprocess.Popen, log: list[str]) -> bytes:
+    """GET url (HTTP 200 required), retrying while the server is still settling and alive."""
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                assert answer.status == 200
+                return answer.read()
+        except OSError as error:
+            if process.poll() is not None:
+                raise AssertionError(f"{url}: {error}\n" + "".join(log[-20:])) from None
+            time.sleep(1)
+
+
+def course_copy(target):
+    """The files git would commit (tracked, or untracked and not ignored), copied to target."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def fill_with_solutions(notebook_path, solutions_dir):
+    """Paste the solution's answers into a learner's copy: cell by cell, matched by cell id."""
+    lab = nbformat.read(notebook_path, as_version=4)
+    solution = nbformat.read(solutions_dir / notebook_path.name, as_version=4)
+    by_id = {cell.get("id"): cell for cell in solution.cells}
+    changed = 0
+    for cell in lab.cells:
+        answer = by_id.get(cell.get("id"))
+        if answer is not None and answer.source != cell.source:
+            cell.source = answer.source
+            changed += 1
+    assert changed, f"{notebook_path.name}: nothing to fill in"
+    nbformat.write(lab, notebook_path)
+
+
+@functools.cache
+def check_modules() -> dict:
+    """Lab stem -> its checks module (``normlab.grader.checks.<name>``), in course order."""
+    import importlib
+    import pkgutil
+
+    from normlab.grader import checks
+
+    found = {}
+    for info in pkgutil.iter_modules(checks.__path__):
+        module = importlib.import_module(f"{checks.__name__}.{info.name}")
+        if hasattr(module, "LAB"):
+            found[module.LAB.stem] = module
+    return dict(sorted(found.items()))
+
+
+def probe_lists(module) -> dict[str, list]:
+    """The module-level lists of probes, by variable name."""
+    from normlab.grader.probes import Probe
+
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, list) and value and all(isinstance(p, Probe) for p in value)
+    }
+
+
+def as_learner_function(probe):
+    """The learner's function with the probe's bug: it returns what the probe computes."""
+
+    def buggy(*args, **kwargs):
+        return probe.compute(*args, **kwargs)
+
+    return buggy
+
+
+# Running `make` in a copy of the course (tests/test_workflow.py, test_release.py, test_binder.py)
+
+MAKE_ENV = {**os.environ, "DISPLAY": "", "WAYLAND_DISPLAY": ""}
+
+# The copy shares this checkout's .venv. Its install steps are never remade from the copy: with
+# a pyproject.toml newer than the venv's stamp, `make` reinstalled the course from the copy in a
+# temporary folder, and every later grading in the suite imported a package that was gone.
+MAKE = ("make", f"VENV={VENV}", "-o", f"{VENV}/.installed", "-o", f"{VENV}/.site-installed")
+
+
+def make(course, *arguments, timeout=600):
+    done = subprocess.run(
+        [*MAKE, *arguments],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        env=MAKE_ENV,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"make {' '.join(arguments)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def serve_and_stop(course, until=None):
+    """`make lab` on a free port: wait for the start page's URL, fetch it, stop the server.
+
+    Where the course has a Spanish start page, `make lab` names its URL too, and it opens.
+    With ``until``, stop as soon as a line holds that text (before JupyterLab starts, when the
+    line comes from the copying step) and return the output up to it."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*MAKE, "lab", f"PORT={port}"],
+        cwd=course,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=MAKE_ENV,
+    )
+    try:
+        log, url = [], None
+        while url is None:
+            line = process.stdout.readline()
+            if not line:
+                break
+            log.append(line)
+            if until is not None and until in line:
+                return "".join(log)
+            found = re.search(
+                rf"http://localhost:{port}/lab/tree/START_HERE\.md\?token=\w+", line
+            )
+            url = found and found.group(0)
+        assert url, "".join(log[-20:])
+        assert b"JupyterLab" in fetch(url, process, log)
+        # The course's settings reach JupyterLab: chapters (.md) open rendered by default.
+        token = url.split("token=")[1]
+        settings = json.loads(
+            fetch(
+                f"http://localhost:{port}/lab/api/settings/"
+                f"@jupyterlab/docmanager-extension:plugin?token={token}",
+                process,
+                log,
+            )
+        )
+        viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
+        assert viewers.get("markdown") == "Markdown Preview", viewers
+        if (course / "es" / "START_HERE.md").is_file():
+            spanish = f"http://localhost:{port}/lab/tree/es/START_HERE.md"
+            assert spanish in "".join(log), "".join(log[-20:])
+            assert b"JupyterLab" in fetch(f"{spanish}?token={token}", process, log)
+            contents = fetch(
+                f"http://localhost:{port}/api/contents/es/START_HERE.md?token={token}",
+                process,
+                log,
+            )
+            assert json.loads(contents)["type"] == "file"
+        return "".join(log)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def with_spanish_edition(course):
+    """Give a course copy a Spanish edition if it has none: the sample chapter 03, its start
+    page and one lab catalog (tests/spanish_sample.py), and its generated lab."""
+    from spanish_sample import write_sample_edition
+
+    from normlab.build import build_all
+
+    if not (course / "es" / "START_HERE.md").is_file():
+        write_sample_edition(course)
+        assert build_all(course) == 0
+    return course
+
+
+# Running notebooks in a kernel (tests/test_notebooks.py, test_spanish.py)
+
+# Before each lab: its own empty namespace, and no figure of the lab before.
+FRESH_NAMESPACE = (
+    "import sys as _sys\n"
+    "if 'matplotlib.pyplot' in _sys.modules:\n"
+    "    _sys.modules['matplotlib.pyplot'].close('all')\n"
+    "%reset -f"
+)
+
+
+class SharedKernel:
+    """One kernel for the notebooks of one folder, started by the first one run."""
+
+    def __init__(self):
+        self.km = None
+
+    def execute(self, path):
+        from nbclient import NotebookClient
+        from nbclient.util import run_sync
+
+        if self.km is not None and not run_sync(self.km.is_alive)():
+            self.km = None  # a lab before killed it: start another
+        notebook = nbformat.read(path, as_version=4)
+        notebook.cells.insert(0, nbformat.v4.new_code_cell(FRESH_NAMESPACE))
+        client = NotebookClient(
+            notebook,
+            km=self.km,
+            timeout=HANG_GUARD_S,  # per cell; a healthy cell takes seconds
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        try:
+            client.execute(cleanup_kc=False)
+        finally:
+            self.km = client.km
+            if client.kc is not None:
+                client.kc.stop_channels()
+        del notebook.cells[0]
+        return notebook
+
+    def close(self):
+        from nbclient.util import run_sync
+
+        if self.km is not None and run_sync(self.km.is_alive)():
+            run_sync(self.km.shutdown_kernel)(now=True)
+
+
+def check_reports(kernel, path):
+    """Run a notebook to the end; the text reports of its ``check(...)`` cells."""
+    notebook = kernel.execute(path)
+    return [
+        output.get("data", {}).get("text/plain", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code" and cell.source.startswith("check(")
+        for output in cell.outputs
+    ]
+
+
+def fill_answer_regions(lab_path, solution_path):
+    """Paste each answer region of the solution over its stub in a (Spanish) lab copy: the
+    translated text around the stubs stays as it is."""
+    from normlab.build import BEGIN, END
+
+    solution = {c.id: c for c in nbformat.read(solution_path, as_version=4).cells}
+    lab = nbformat.read(lab_path, as_version=4)
+    filled = 0
+    for cell in lab.cells:
+        english = solution.get(cell.id)
+        if (
+            cell.cell_type != "code"
+            or english is None
+            or "### BEGIN SOLUTION" not in english.source
+        ):
+            continue
+        regions, inside = [], None
+        for line in english.source.split("\n"):
+            if BEGIN.match(line):
+                inside = [line]
+            elif END.match(line) and inside is not None:
+                regions.append(inside + [line])
+                inside = None
+            elif inside is not None:
+                inside.append(line)
+        lines, out, i = cell.source.split("\n"), [], 0
+        for region in regions:
+            indent = re.match(r"[ \t]*", region[0]).group(0)
+            if indent:
+                stub = re.compile(rf"^{indent}raise NotImplementedError\(")
+            else:
+                stub = re.compile(r"^[A-Za-z_]\w* = None\b")
+            while not stub.match(lines[i]):
+                out.append(lines[i])
+                i += 1
+            if indent:  # the stub's comment line before the raise
+                out.pop()
+                i += 1
+            else:
+                while i < len(lines) and stub.match(lines[i]):
+                    i += 1
+            out += region
+            filled += 1
+        cell.source = "\n".join(out + lines[i:])
+    assert filled, f"{lab_path.name}: nothing to fill in"
+    nbformat.write(lab, lab_path)
+
+
+# ----------------------------------------------------------------------------- golden files
+# A test that holds an output byte for byte (today's English feedback) compares it with a file
+# under tests/golden/. After a deliberate change of that output, rewrite the files and review
+# the diff before committing it:
+#
+#     NORMLAB_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_i18n.py     (or: pytest --update-golden)
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite the files of tests/golden/ from what the tests produce",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--update-golden", default=False):
+        os.environ["NORMLAB_UPDATE_GOLDEN"] = "1"
+
+
+# A number printed with 8 or more significant digits (a learner's own assertion message prints
+# its floats in full): its last digits may differ from one CPU to another.
+_LONG_NUMBER = re.compile(r"\d*\.\d{8,}(?:e[-+]\d+)?|\d\.\d{7,}e[-+]\d+")
+
+
+def golden(name: str, produced: str, long_numbers: bool = True) -> None:
+    """Assert that ``produced`` is the text of ``tests/golden/NAME``, byte for byte; with
+    ``NORMLAB_UPDATE_GOLDEN=1`` (or ``--update-golden``), write it there instead.
+
+    ``long_numbers=False`` writes and compares every number of 8 or more significant digits as
+    ``<number>``, for a text that quotes a computation in full precision."""
+    if not long_numbers:
+        produced = _LONG_NUMBER.sub("<number>", produced)
+    path = GOLDEN / name
+    if os.environ.get("NORMLAB_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(produced.encode("utf-8"))
+        return
+    assert path.is_file(), f"no {path}: write it with NORMLAB_UPDATE_GOLDEN=1 (and review it)"
+    expected = path.read_bytes().decode("utf-8")
+    assert produced == expected, (
+        f"{name} differs from tests/golden/{name}; if the change is meant, rewrite it with "
+        "NORMLAB_UPDATE_GOLDEN=1 and review the diff"
+    )

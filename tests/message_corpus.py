@@ -16,11 +16,12 @@ import os
 
 import nbformat
 import numpy as np
-from conftest import ROOT, solution_namespace
-from test_every_probe_fires import MODULES, as_learner_function, probe_lists
+from conftest import ROOT, as_learner_function, check_modules, probe_lists, solution_namespace
 
 from normlab.grader import notebook
 from normlab.grader.probes import Probe
+
+MODULES = check_modules()
 
 
 def declared_texts(stem: str) -> dict[str, list[str]]:

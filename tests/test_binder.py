@@ -28,9 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import HANG_GUARD_S, ROOT
-from test_setup import fetch, free_port
-from test_workflow import course_copy
+from conftest import HANG_GUARD_S, ROOT, course_copy, fetch, free_port
 
 from normlab.repository import repository_url
 

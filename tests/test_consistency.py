@@ -253,3 +253,28 @@ def test_running_md_gives_the_same_conda_steps_as_the_readme():
     assert running == conda_block((ROOT / "README.md").read_text(encoding="utf-8"))
     assert any(line.startswith("normlab work") for line in running)
     assert any("--LabApp.app_settings_dir=jupyterlab-settings" in line for line in running)
+
+
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules (``test_*``) that a Python source imports, at any depth."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith("test_")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("test_"):
+            found.append(node.module)
+    return found
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/conftest.py (or a support module such as corpus.py); a test
+    module imported by another would run its tests twice and tie the two together."""
+    sample = "import test_x\nfrom test_y import z\ndef f():\n    import test_w\n"
+    assert imported_test_modules(sample) == ["test_x", "test_y", "test_w"]
+    importing = {
+        path.name: imported_test_modules(path.read_text(encoding="utf-8"))
+        for path in sorted((ROOT / "tests").glob("*.py"))
+    }
+    assert {name: found for name, found in importing.items() if found} == {}

@@ -22,35 +22,21 @@ probe a check compares answers with while grading the worked solution is one of 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
 import numpy as np
 import pytest
-from conftest import check_results, solution_namespace
+from conftest import (
+    as_learner_function,
+    check_modules,
+    check_results,
+    probe_lists,
+    solution_namespace,
+)
 
-from normlab.grader import checks, notebook, probes
+from normlab.grader import notebook, probes
 from normlab.grader.probes import Probe
 
-
-def _modules():
-    found = {}
-    for info in pkgutil.iter_modules(checks.__path__):
-        module = importlib.import_module(f"{checks.__name__}.{info.name}")
-        if hasattr(module, "LAB"):
-            found[module.LAB.stem] = module
-    return dict(sorted(found.items()))
-
-
-MODULES = _modules()
-
-
-def probe_lists(module) -> dict[str, list[Probe]]:
-    """The module-level lists of probes, by variable name."""
-    return {
-        name: value
-        for name, value in vars(module).items()
-        if isinstance(value, list) and value and all(isinstance(p, Probe) for p in value)
-    }
+MODULES = check_modules()
 
 
 # Probe lists that a lab's own test proves, probe by probe: (test file, test function).
@@ -81,15 +67,6 @@ def driven_cases():
             for probe in listed:
                 cases.append(pytest.param(stem, function, probe, id=f"{stem}-{probe.name}"))
     return cases
-
-
-def as_learner_function(probe: Probe):
-    """The learner's function with the probe's bug: it returns what the probe computes."""
-
-    def buggy(*args, **kwargs):
-        return probe.compute(*args, **kwargs)
-
-    return buggy
 
 
 def as_kernel(probe: Probe):

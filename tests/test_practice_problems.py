@@ -9,6 +9,7 @@ grader's check accepts.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -96,14 +97,42 @@ def questions(path: Path) -> list[dict]:
     return found
 
 
+def letters_in(source: str) -> dict[str, str]:
+    """answer name -> the letter its check accepts, in a checks module's source, whichever of
+    its two forms the check is written in: the declaration ``choice(LAB, ..., name="NAME",
+    key="b", ...)`` or the call ``expect_choice(sub.get("NAME"), "b", ...)``."""
+    letters = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        if node.func.id == "choice":
+            given = {k.arg: k.value for k in node.keywords}
+            name, key = given.get("name"), given.get("key")
+        elif node.func.id == "expect_choice" and isinstance(node.args[0], ast.Call):
+            name, key = (node.args[0].args or [None])[0], node.args[1]
+        else:
+            continue
+        if isinstance(name, ast.Constant) and isinstance(key, ast.Constant):
+            letters[name.value] = key.value
+    return letters
+
+
 def graded_letters() -> dict[str, str]:
     """answer name -> the letter its check accepts, read from every checks module."""
     letters = {}
-    pattern = re.compile(r"expect_choice\(\s*sub\.get\(\"(\w+)\"\),\s*\"([a-h])\"")
     for module in CHECKS.glob("*.py"):
-        for name, letter in pattern.findall(module.read_text(encoding="utf-8")):
-            letters[name] = letter
+        letters.update(letters_in(module.read_text(encoding="utf-8")))
     return letters
+
+
+def test_the_letters_are_read_from_both_forms_of_a_check():
+    source = (
+        'choice(LAB, "p1", points=1, name="A_ANSWER", key="b", hint="h")\n'
+        "def problem(sub):\n"
+        '    expect_choice(sub.get("B_ANSWER"), "d", what="B_ANSWER", hint="h")\n'
+    )
+    assert letters_in(source) == {"A_ANSWER": "b", "B_ANSWER": "d"}
+    assert len(graded_letters()) >= 11
 
 
 def _params(being_rewritten: dict[str, str]):

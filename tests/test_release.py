@@ -21,8 +21,15 @@ import textwrap
 
 import nbformat
 import pytest
-from conftest import ROOT
-from test_workflow import VENV, fill_with_solutions
+from conftest import (
+    ROOT,
+    VENV,
+    course_copy,
+    fill_answer_regions,
+    fill_with_solutions,
+    make,
+    serve_and_stop,
+)
 
 from normlab.grader import keys
 from normlab.grader.registry import all_labs
@@ -145,15 +152,25 @@ def test_the_search_finds_the_answers_the_course_itself_holds():
     assert keys_found  # MEASURED_FIXES = "abcd" is POSTLN_FIXES's answer
 
 
+def choice_keys(source: str) -> list[ast.expr]:
+    """The key of every multiple-choice check of a module, in both forms it is written in:
+    ``choice(LAB, ..., key="b")`` and ``expect_choice(sub.get("NAME"), "b", ...)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "choice":
+            found += [k.value for k in node.keywords if k.arg == "key"]
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "expect_choice":
+            found.append(node.args[1])
+    return found
+
+
 def test_answer_keys_are_not_stored_in_plain_text(edition):
     plain_keys = []
     for module in (edition / "src" / "normlab" / "grader" / "checks").glob("*.py"):
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "expect_choice":
-                key = node.args[1]
-                assert isinstance(key, ast.Constant) and key.value.startswith(keys.PREFIX)
-                plain_keys.append(key.value)
-    assert len(plain_keys) >= 10
+        for key in choice_keys(module.read_text()):
+            assert isinstance(key, ast.Constant) and key.value.startswith(keys.PREFIX)
+            plain_keys.append(key.value)
+    assert len(plain_keys) >= 11
     # The letters that name each wrong option's misconception would give the key by elimination.
     why_letters = []
     for module in (edition / "src" / "normlab" / "grader" / "checks").glob("*.py"):
@@ -170,6 +187,28 @@ def test_answer_keys_are_not_stored_in_plain_text(edition):
     package = "\n".join(p.read_text() for p in (edition / "src").rglob("*.py"))
     constants = {n.value for n in ast.walk(ast.parse(package)) if isinstance(n, ast.Constant)}
     assert {v for v in values if isinstance(v, str) and len(v) > 1} & constants == set()
+
+
+CHOICES_BOTH_WAYS = """
+choice(LAB, "problem 1 (multiple choice)", points=1, name="A_ANSWER", key="b", hint="h", why=A_WHY)
+
+
+@LAB.check("problem 2 (multiple choice)", points=1, uses=["B_ANSWER"])
+def problem_b(sub):
+    expect_choice(sub.get("B_ANSWER"), "c", what="B_ANSWER", hint="h", why=B_WHY)
+"""
+
+
+def test_both_forms_of_a_multiple_choice_check_have_their_key_hashed():
+    from normlab.release import hide_keys
+
+    source, count = hide_keys(CHOICES_BOTH_WAYS, "checks/x.py", set())
+    hidden = [key.value for key in choice_keys(source)]
+    assert count == 2 and len(hidden) == 2
+    assert all(value.startswith(keys.PREFIX) for value in hidden)
+    assert keys.matches("b", hidden[0]) and keys.matches("c", hidden[1])
+    assert not keys.matches("c", hidden[0]) and not keys.matches("b", hidden[1])
+    assert '"b"' not in source and '"c"' not in source
 
 
 def test_hashed_keys_match_only_the_right_answer():
@@ -243,7 +282,6 @@ def spanish_edition(tmp_path_factory):
     """The student edition of a course copy that has a Spanish edition: the sample chapter 03
     and, for every lab, its catalog (the repository's, or a pseudo-translation)."""
     from spanish_sample import pseudo_catalog, write_catalog, write_sample_edition
-    from test_workflow import course_copy
 
     from normlab.build import build_all
 
@@ -294,8 +332,6 @@ def test_no_answer_region_is_in_the_spanish_labs(spanish_edition):
 def test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled(spanish_edition, tmp_path):
     """The Spanish labs, graded by the edition's grader (their answers, pasted into the
     Spanish cells, earn full marks: what the repository's Spanish labs earn too)."""
-    from test_spanish import fill_answer_regions
-
     grade_fresh_and_filled(
         spanish_edition,
         spanish_edition / "es" / "labs",
@@ -343,8 +379,6 @@ def dead_links(course):
 def test_the_link_finder_finds_the_links_the_edition_must_not_keep(tmp_path):
     """On a copy of the course without its worked solutions, the same search finds the chapters'
     and labs' links to them, in both languages."""
-    from test_workflow import course_copy
-
     course = course_copy(tmp_path)
     shutil.rmtree(course / "solutions")
     shutil.rmtree(course / "es" / "solutions", ignore_errors=True)
@@ -419,14 +453,13 @@ def test_a_student_uses_the_edition_and_an_instructor_builds_its_site(tmp_path, 
     then every link of every Markdown file and notebook leads to a file (the start page's links
     to the learner's copies, once `make lab` has made them). The instructor's `make site` builds
     a website with no worked solution and no lab answer."""
-    import test_workflow
-    from test_workflow import make, serve_and_stop
+    import conftest
 
     course = tmp_path / "edition"
     assert write_release(ROOT, course) == 0
     # The edition's own package, not this checkout's: what the student's .venv would hold.
-    environment = {**test_workflow.MAKE_ENV, "PYTHONPATH": str(course / "src")}
-    monkeypatch.setattr(test_workflow, "MAKE_ENV", environment)
+    environment = {**conftest.MAKE_ENV, "PYTHONPATH": str(course / "src")}
+    monkeypatch.setattr(conftest, "MAKE_ENV", environment)
 
     def lab():
         log = serve_and_stop(course)

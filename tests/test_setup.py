@@ -6,33 +6,11 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
-import time
-import urllib.request
 
 import pytest
-from conftest import HANG_GUARD_S, ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def fetch(url: str, process: subprocess.Popen, log: list[str]) -> bytes:
-    """GET url (HTTP 200 required), retrying while the server is still settling and alive."""
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=30) as answer:
-                assert answer.status == 200
-                return answer.read()
-        except OSError as error:
-            if process.poll() is not None:
-                raise AssertionError(f"{url}: {error}\n" + "".join(log[-20:])) from None
-            time.sleep(1)
+from conftest import HANG_GUARD_S, ROOT, fetch, free_port
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, course_copy, with_spanish_edition
 
 from normlab.release import answer_regions
 
@@ -78,8 +78,6 @@ def site(tmp_path_factory) -> Path:
     if not (ROOT / "es" / "theory").is_dir():
         # No Spanish pages yet: build a copy of the course with the sample Spanish chapter, so
         # that the Spanish section and the language links are built and checked all the same.
-        from test_workflow import course_copy, with_spanish_edition
-
         source = with_spanish_edition(course_copy(tmp_path_factory.mktemp("course")))
     sys.path.insert(0, str(source / "site"))
     try:

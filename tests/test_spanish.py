@@ -25,7 +25,7 @@ import shutil
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SharedKernel, check_reports
 from spanish_sample import (
     STEM,
     pseudo_catalog,
@@ -647,54 +647,6 @@ def test_the_translations_command_reports_and_restamps(course, capsys):
 # ----------------------------------------------------------------------------- grading
 
 
-def fill_answer_regions(lab_path, solution_path):
-    """Paste each answer region of the solution over its stub in a (Spanish) lab copy: the
-    translated text around the stubs stays as it is."""
-    from normlab.build import BEGIN, END
-
-    solution = {c.id: c for c in nbformat.read(solution_path, as_version=4).cells}
-    lab = nbformat.read(lab_path, as_version=4)
-    filled = 0
-    for cell in lab.cells:
-        english = solution.get(cell.id)
-        if (
-            cell.cell_type != "code"
-            or english is None
-            or "### BEGIN SOLUTION" not in english.source
-        ):
-            continue
-        regions, inside = [], None
-        for line in english.source.split("\n"):
-            if BEGIN.match(line):
-                inside = [line]
-            elif END.match(line) and inside is not None:
-                regions.append(inside + [line])
-                inside = None
-            elif inside is not None:
-                inside.append(line)
-        lines, out, i = cell.source.split("\n"), [], 0
-        for region in regions:
-            indent = re.match(r"[ \t]*", region[0]).group(0)
-            if indent:
-                stub = re.compile(rf"^{indent}raise NotImplementedError\(")
-            else:
-                stub = re.compile(r"^[A-Za-z_]\w* = None\b")
-            while not stub.match(lines[i]):
-                out.append(lines[i])
-                i += 1
-            if indent:  # the stub's comment line before the raise
-                out.pop()
-                i += 1
-            else:
-                while i < len(lines) and stub.match(lines[i]):
-                    i += 1
-            out += region
-            filled += 1
-        cell.source = "\n".join(out + lines[i:])
-    assert filled, f"{lab_path.name}: nothing to fill in"
-    nbformat.write(lab, lab_path)
-
-
 # The Spanish labs grade 0 fresh and full with the answers pasted in: graded by the released
 # edition's grader, tests/test_release.py::test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled
 # (the same generated labs; one run for both).
@@ -703,8 +655,6 @@ def fill_answer_regions(lab_path, solution_path):
 @pytest.fixture(scope="module")
 def spanish_kernel():
     """The Spanish labs share a kernel, as the English ones do (tests/test_notebooks.py)."""
-    from test_notebooks import SharedKernel
-
     shared = SharedKernel()
     yield shared
     shared.close()
@@ -713,8 +663,6 @@ def spanish_kernel():
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", SPANISH_LABS, ids=lambda p: p.stem)
 def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(spanish_kernel, path):
-    from test_notebooks import check_reports
-
     reports = check_reports(spanish_kernel, path)
     # The Spanish lab's setup cell switches check()'s reports to Spanish.
     assert reports and all(

@@ -9,55 +9,26 @@ Afterwards every copy must be byte for byte what the learner left.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
 
 import nbformat
 import pytest
-from conftest import ROOT
-from test_setup import free_port
+from conftest import (
+    MAKE,
+    MAKE_ENV,
+    ROOT,
+    VENV,
+    course_copy,
+    fill_with_solutions,
+    make,
+    serve_and_stop,
+    with_spanish_edition,
+)
 
 from normlab.build import copy_missing_labs
-
-VENV = ROOT / ".venv"
-MAKE_ENV = {**os.environ, "DISPLAY": "", "WAYLAND_DISPLAY": ""}
-
-
-def course_copy(target):
-    """The files git would commit (tracked, or untracked and not ignored), copied to target."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-    return target
-
-
-def fill_with_solutions(notebook_path, solutions_dir):
-    """Paste the solution's answers into a learner's copy: cell by cell, matched by cell id."""
-    lab = nbformat.read(notebook_path, as_version=4)
-    solution = nbformat.read(solutions_dir / notebook_path.name, as_version=4)
-    by_id = {cell.get("id"): cell for cell in solution.cells}
-    changed = 0
-    for cell in lab.cells:
-        answer = by_id.get(cell.get("id"))
-        if answer is not None and answer.source != cell.source:
-            cell.source = answer.source
-            changed += 1
-    assert changed, f"{notebook_path.name}: nothing to fill in"
-    nbformat.write(lab, notebook_path)
 
 
 def add_a_note(notebook_path, text):
@@ -65,84 +36,6 @@ def add_a_note(notebook_path, text):
     lab = nbformat.read(notebook_path, as_version=4)
     lab.cells.append(nbformat.v4.new_markdown_cell(text))
     nbformat.write(lab, notebook_path)
-
-
-# The copy shares this checkout's .venv. Its install steps are never remade from the copy: with
-# a pyproject.toml newer than the venv's stamp, `make` reinstalled the course from the copy in a
-# temporary folder, and every later grading in the suite imported a package that was gone.
-MAKE = ("make", f"VENV={VENV}", "-o", f"{VENV}/.installed", "-o", f"{VENV}/.site-installed")
-
-
-def make(course, *arguments, timeout=600):
-    done = subprocess.run(
-        [*MAKE, *arguments],
-        cwd=course,
-        capture_output=True,
-        text=True,
-        env=MAKE_ENV,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, f"make {' '.join(arguments)}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
-
-
-def serve_and_stop(course, until=None):
-    """`make lab` on a free port: wait for the start page's URL, fetch it, stop the server.
-
-    Where the course has a Spanish start page, `make lab` names its URL too, and it opens.
-    With ``until``, stop as soon as a line holds that text (before JupyterLab starts, when the
-    line comes from the copying step) and return the output up to it."""
-    from test_setup import fetch
-
-    port = free_port()
-    process = subprocess.Popen(
-        [*MAKE, "lab", f"PORT={port}"],
-        cwd=course,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=MAKE_ENV,
-    )
-    try:
-        log, url = [], None
-        while url is None:
-            line = process.stdout.readline()
-            if not line:
-                break
-            log.append(line)
-            if until is not None and until in line:
-                return "".join(log)
-            found = re.search(rf"http://localhost:{port}/lab/tree/START_HERE\.md\?token=\w+", line)
-            url = found and found.group(0)
-        assert url, "".join(log[-20:])
-        assert b"JupyterLab" in fetch(url, process, log)
-        # The course's settings reach JupyterLab: chapters (.md) open rendered by default.
-        token = url.split("token=")[1]
-        settings = json.loads(
-            fetch(
-                f"http://localhost:{port}/lab/api/settings/"
-                f"@jupyterlab/docmanager-extension:plugin?token={token}",
-                process,
-                log,
-            )
-        )
-        viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
-        assert viewers.get("markdown") == "Markdown Preview", viewers
-        if (course / "es" / "START_HERE.md").is_file():
-            spanish = f"http://localhost:{port}/lab/tree/es/START_HERE.md"
-            assert spanish in "".join(log), "".join(log[-20:])
-            assert b"JupyterLab" in fetch(f"{spanish}?token={token}", process, log)
-            contents = fetch(
-                f"http://localhost:{port}/api/contents/es/START_HERE.md?token={token}",
-                process,
-                log,
-            )
-            assert json.loads(contents)["type"] == "file"
-        return "".join(log)
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
 
 
 @pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
@@ -213,19 +106,6 @@ def test_copying_never_overwrites_and_fills_what_is_missing(tmp_path):
     (course / "labs" / "02_b.ipynb").write_text("regenerated 02")
     assert copy_missing_labs(course, quiet=True) == 0
     assert (course / "work" / "02_b.ipynb").read_text() == "original 02"
-
-
-def with_spanish_edition(course):
-    """Give a course copy a Spanish edition if it has none: the sample chapter 03, its start
-    page and one lab catalog (tests/spanish_sample.py), and its generated lab."""
-    from spanish_sample import write_sample_edition
-
-    from normlab.build import build_all
-
-    if not (course / "es" / "START_HERE.md").is_file():
-        write_sample_edition(course)
-        assert build_all(course) == 0
-    return course
 
 
 def learner_files(work):

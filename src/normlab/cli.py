@@ -1,70 +1,156 @@
-"""The ``normlab`` command: ``grade``, ``labs [--check]``, ``work``, ``progress``, ``release``, ``merge``,
-``export``, ``translations``."""
+"""The ``normlab`` command: ``grade``, ``merge``, ``export``, ``labs [--check]``, ``work``,
+``progress``, ``release``, ``translations``.
+
+The command is data: :data:`COMMANDS` holds one :class:`Command` per subcommand (its name, help,
+description, arguments and the function that runs it), at the end of this file, and
+:func:`parser` builds argparse's parser from that table. ``grade`` and ``merge`` share the
+options that show their results (:data:`QUIET`, :data:`LANG`) and deliver them with one function
+(:func:`_deliver`); ``export``'s choices, options and description come from the exports' table,
+``normlab.grader.exports``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from normlab.grader import exports
+from normlab.grader.i18n import LANGUAGES
+from normlab.grader.isolation.limits import DEFAULT as DEFAULT_LIMITS
+from normlab.startup import skip_unused_iri_parser
+
+# ----------------------------------------------------------------------------- arguments and commands
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One argument: argparse's names (a positional's name, or the flags) and settings."""
+
+    names: tuple[str, ...]
+    settings: dict
+
+    def add_to(self, parser) -> None:
+        parser.add_argument(*self.names, **self.settings)
+
+
+def arg(*names: str, **settings) -> Arg:
+    return Arg(names, settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Either:
+    """Arguments of which at most one may be given (argparse's mutually exclusive group)."""
+
+    choices: tuple[Arg, ...]
+
+    def add_to(self, parser) -> None:
+        group = parser.add_mutually_exclusive_group()
+        for choice in self.choices:
+            choice.add_to(group)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    name: str
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    #: the arguments, or a function that gives them when the parser is built (``export``'s
+    #: are read from the exports' table then)
+    arguments: tuple[Arg | Either, ...] | Callable[[], tuple[Arg | Either, ...]]
+    description: str | Callable[[], str] | None = None
+    #: checks of the parsed arguments beyond argparse's: a message for ``parser.error``, or None
+    validate: Callable[[argparse.Namespace], str | None] | None = None
+
+
+# ----------------------------------------------------------------------------- grade and merge
+
+
+def _deliver(results, args, shown_json: str | None = None) -> None:
+    """What ``grade`` and ``merge`` do with their results: everything is rendered before the
+    first file is written, then the CSV gradebook, the feedback, and the JSON or table on
+    stdout. ``shown_json`` replaces the plain JSON (a shard's carries its place in the run)."""
+    from normlab.grader import report
+
+    gradebook = report.to_csv(results) if args.csv else None
+    if args.json:
+        shown = shown_json or report.to_json(results, args.lang)
+    else:
+        shown = report.to_table(results, verbose=not args.quiet, lang=args.lang)
+    if gradebook is not None:
+        report.write_atomically(Path(args.csv), gradebook)
+    if args.feedback:
+        report.write_feedback(results, Path(args.feedback), args.lang)
+    print(shown)
+
+
+def _grade_plan(args):
+    """The submissions to grade (this shard's), every shard position, the class's size, the
+    settings and the isolation. Raises UsageError or IsolationError."""
+    from normlab.grader.grade import Settings, UsageError, find_submissions, parse_limit_overrides
+    from normlab.grader.isolation.sandbox import choose_isolation
+    from normlab.grader.registry import load_extra_checks
+
+    entries = find_submissions(args.paths, args.lab)
+    total, positions = len(entries), None
+    if args.shard:
+        index, count = args.shard
+        # Every n-th submission of the sorted list: shards are disjoint and cover the class
+        # (an id depends on its path alone; `normlab merge` flags ids two shards share).
+        positions = list(range(index - 1, total, count))
+        entries = [entries[p] for p in positions]
+    if args.extra_checks:
+        if not Path(args.extra_checks).is_file():
+            raise UsageError(f"no such file: {args.extra_checks}")
+        load_extra_checks(Path(args.extra_checks))
+    settings = Settings(
+        timeout=args.timeout,
+        memory_mb=args.memory,
+        sandbox=args.sandbox,
+        allow_root=args.allow_root,
+        overrides=parse_limit_overrides(args.limit or []),
+    )
+    isolation = choose_isolation(settings.sandbox, settings.allow_root)
+    return entries, positions, total, settings, isolation
+
+
+def _cache_path(args) -> Path | None:
+    """``--cache``, else next to ``--csv``, else in ``--feedback``; None: no cache."""
+    if args.cache:
+        return Path(args.cache)
+    if args.csv:
+        return Path(args.csv).with_name(Path(args.csv).name + ".cache.json")
+    if args.feedback:
+        return Path(args.feedback) / ".normlab-cache.json"
+    return None
 
 
 def _grade(args) -> int:
     import time
 
-    from normlab.grader import report
+    from normlab.grader import inert
     from normlab.grader.grade import (
         ResultCache,
-        Settings,
         UsageError,
         default_jobs,
-        find_submissions,
         grade_all,
         grader_fingerprint,
-        parse_limit_overrides,
     )
-    from normlab.grader.isolation.sandbox import IsolationError, choose_isolation
-    from normlab.grader.registry import load_extra_checks
+    from normlab.grader.isolation.sandbox import IsolationError
 
     started = time.monotonic()
     try:
-        entries = find_submissions(args.paths, args.lab)
-        total = len(entries)
-        if args.shard:
-            index, count = args.shard
-            # Every n-th submission of the sorted list: shards are disjoint and cover the class
-            # (an id depends on its path alone; `normlab merge` flags ids two shards share).
-            positions = list(range(index - 1, total, count))
-            entries = [entries[p] for p in positions]
-        if args.extra_checks:
-            if not Path(args.extra_checks).is_file():
-                raise UsageError(f"no such file: {args.extra_checks}")
-            load_extra_checks(Path(args.extra_checks))
-        settings = Settings(
-            timeout=args.timeout,
-            memory_mb=args.memory,
-            sandbox=args.sandbox,
-            allow_root=args.allow_root,
-            overrides=parse_limit_overrides(args.limit or []),
-        )
-        isolation = choose_isolation(settings.sandbox, settings.allow_root)
+        entries, positions, total, settings, isolation = _grade_plan(args)
     except (UsageError, IsolationError) as error:
-        from normlab.grader import inert
-
         print(f"normlab grade: {inert.text(error)}", file=sys.stderr)
         return 2
     # Every run says how it isolated the submissions (and each result records it).
     print(f"normlab grade: isolation: {isolation.description}", file=sys.stderr)
-    cache_path = Path(args.cache) if args.cache else None
-    if cache_path is None and args.csv:
-        cache_path = Path(args.csv).with_name(Path(args.csv).name + ".cache.json")
-    elif cache_path is None and args.feedback:
-        cache_path = Path(args.feedback) / ".normlab-cache.json"
-    cache = ResultCache(
-        cache_path,
-        grader_fingerprint(settings, args.extra_checks) + isolation.description,
-        args.force,
-    )
-
+    cache_path = _cache_path(args)
+    fingerprint = grader_fingerprint(settings, args.extra_checks) + isolation.description
+    cache = ResultCache(cache_path, fingerprint, args.force)
     counts = {"graded": 0, "reused": 0}
     bar = None
     if sys.stderr.isatty() and not args.json:
@@ -77,10 +163,9 @@ def _grade(args) -> int:
         if bar is not None:
             bar.update(1)
 
+    jobs = args.jobs or default_jobs()
     try:
-        results = grade_all(
-            entries, settings, args.jobs or default_jobs(), cache, on_result, isolation
-        )
+        results = grade_all(entries, settings, jobs, cache, on_result, isolation)
     except KeyboardInterrupt:
         print(
             f"\nnormlab grade: interrupted; {counts['graded']} finished results are saved"
@@ -91,16 +176,12 @@ def _grade(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    if args.csv:
-        report.write_atomically(Path(args.csv), report.to_csv(results))
-    if args.feedback:
-        report.write_feedback(results, Path(args.feedback), args.lang)
-    if args.json and args.shard:
-        print(_shard_json(results, args.shard, total, positions, args.lang))
-    elif args.json:
-        print(report.to_json(results, args.lang))
-    else:
-        print(report.to_table(results, verbose=not args.quiet, lang=args.lang))
+    shard = args.json and args.shard
+    _deliver(
+        results,
+        args,
+        _shard_json(results, args.shard, total, positions, args.lang) if shard else None,
+    )
     elapsed = time.monotonic() - started
     print(
         f"graded {counts['graded']} notebook(s), reused {counts['reused']} unchanged from the "
@@ -139,45 +220,55 @@ def _count(shard: dict, key: str, path: str) -> int:
     return value
 
 
-def _merge(args) -> int:
-    """Every field of every shard is checked, and the shards against each other, before
-    anything is written: a refused merge leaves no gradebook, feedback or output behind."""
+def _read_shards(paths: list[str]) -> tuple[dict[int, object], set, set, set]:
+    """Every shard's submissions by position, and the counts, totals and indexes the shards
+    claim. Raises OSError, ValueError or RecursionError at the first field that is wrong."""
     import json
 
-    from normlab.grader import inert, report
+    from normlab.grader import inert
 
     slots: dict[int, object] = {}
     counts, totals, seen = set(), set(), set()
+    for path in paths:
+        shown = inert.text(path, lines=False)
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+        shard = payload.get("shard") if isinstance(payload, dict) else None
+        submissions = payload.get("submissions") if isinstance(payload, dict) else None
+        if not isinstance(shard, dict) or not isinstance(submissions, list):
+            raise ValueError(f"{shown}: not the JSON of `normlab grade --shard I/N --json`")
+        index, count = _count(shard, "index", shown), _count(shard, "count", shown)
+        total, positions = _count(shard, "total", shown), shard.get("positions")
+        if not 1 <= index <= count:
+            raise ValueError(f"{shown}: shard {index}/{count} is not one of {count}")
+        counts.add(count)
+        totals.add(total)
+        if index in seen:
+            raise ValueError(f"shard {index}/{count} given twice")
+        seen.add(index)
+        if not isinstance(positions, list) or len(positions) != len(submissions):
+            raise ValueError(f"{shown}: positions and submissions differ in number")
+        for position, submission in zip(positions, submissions, strict=True):
+            if (
+                not isinstance(position, int)
+                or isinstance(position, bool)
+                or not 0 <= position < total
+                or position % count != index - 1
+            ):
+                raise ValueError(f"{shown}: position {position!r} is not one of this shard's")
+            if position in slots:
+                raise ValueError(f"{shown}: position {position} is given twice")
+            slots[position] = submission
+    return slots, counts, totals, seen
+
+
+def _merge(args) -> int:
+    """Every field of every shard is checked, and the shards against each other, before
+    anything is written: a refused merge leaves no gradebook, feedback or output behind."""
+    from normlab.grader import inert, report
+    from normlab.grader.identity import flag_conflicts
+
     try:
-        for path in args.shards:
-            shown = inert.text(path, lines=False)
-            payload = json.loads(Path(path).read_text(encoding="utf-8"))
-            shard = payload.get("shard") if isinstance(payload, dict) else None
-            submissions = payload.get("submissions") if isinstance(payload, dict) else None
-            if not isinstance(shard, dict) or not isinstance(submissions, list):
-                raise ValueError(f"{shown}: not the JSON of `normlab grade --shard I/N --json`")
-            index, count = _count(shard, "index", shown), _count(shard, "count", shown)
-            total, positions = _count(shard, "total", shown), shard.get("positions")
-            if not 1 <= index <= count:
-                raise ValueError(f"{shown}: shard {index}/{count} is not one of {count}")
-            counts.add(count)
-            totals.add(total)
-            if index in seen:
-                raise ValueError(f"shard {index}/{count} given twice")
-            seen.add(index)
-            if not isinstance(positions, list) or len(positions) != len(submissions):
-                raise ValueError(f"{shown}: positions and submissions differ in number")
-            for position, submission in zip(positions, submissions, strict=True):
-                if (
-                    not isinstance(position, int)
-                    or isinstance(position, bool)
-                    or not 0 <= position < total
-                    or position % count != index - 1
-                ):
-                    raise ValueError(f"{shown}: position {position!r} is not one of this shard's")
-                if position in slots:
-                    raise ValueError(f"{shown}: position {position} is given twice")
-                slots[position] = submission
+        slots, counts, totals, seen = _read_shards(args.shards)
     except (OSError, ValueError, RecursionError) as error:
         print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
         return 2
@@ -189,93 +280,65 @@ def _merge(args) -> int:
     if missing or sorted(slots) != list(range(total)):
         print(f"normlab merge: missing shard(s) {missing} of {count}", file=sys.stderr)
         return 2
-    from normlab.grader.identity import flag_conflicts
-
     try:
         results = report.results_from_json([slots[i] for i in range(total)])
     except ValueError as error:
         print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
         return 2
-    results = flag_conflicts(results, "normlab merge")
-    # Everything is rendered before the first file is written.
-    gradebook = report.to_csv(results) if args.csv else None
-    shown = (
-        report.to_json(results, args.lang)
-        if args.json
-        else report.to_table(results, verbose=not args.quiet, lang=args.lang)
-    )
-    if gradebook is not None:
-        report.write_atomically(Path(args.csv), gradebook)
-    if args.feedback:
-        report.write_feedback(results, Path(args.feedback), args.lang)
-    print(shown)
+    _deliver(flag_conflicts(results, "normlab merge"), args)
     return 0
 
 
+# ----------------------------------------------------------------------------- export
+
+
 def _export(args) -> int:
+    """The export of ``normlab.grader.exports.EXPORTS`` named ``format``, with its options."""
+    from normlab.grader.exports import EXPORTS, ExportError
+
+    export = EXPORTS[args.format]
+    results = None
+    if export.reads_results:
+        results = _read_results(args.results)
+        if results is None:
+            return 2
+    try:
+        options = {option.dest: getattr(args, option.dest) for option in export.options}
+        print(export.write(Path(args.out), results, options))
+    except ExportError as error:
+        print(f"normlab export: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _read_results(path: str | None) -> list | None:
+    """The checked results of ``--results``; None (after saying why on stderr) when there are
+    none to read. An id that several submissions of one lab claim is warned about here."""
     import json
 
     from normlab.grader import inert, lms, report
+    from normlab.grader.identity import warn_conflicts
 
-    if args.format == "gradescope":
-        from normlab.grader.gradescope import BundleError, write_bundle
-        from normlab.grader.registry import all_labs
-
-        if args.lab not in all_labs():
-            print(f"normlab export: --lab must be one of {', '.join(all_labs())}", file=sys.stderr)
-            return 2
-        extra = Path(args.extra_checks) if args.extra_checks else None
-        try:
-            write_bundle(
-                Path(args.out), args.lab, extra, args.extra_visibility, args.require_sandbox
-            )
-        except BundleError as error:
-            print(f"normlab export: {error}", file=sys.stderr)
-            return 2
-        print(f"wrote the Gradescope autograder for {args.lab} to {args.out} (zip its contents)")
-        return 0
-    if not args.results:
+    if not path:
         print("normlab export: give the graded results: --results grades.json", file=sys.stderr)
-        return 2
+        return None
     try:
-        payload = json.loads(Path(args.results).read_text(encoding="utf-8"))
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(payload, dict):
             raise ValueError("not the JSON of `normlab grade --json`")
         # every field checked; a student may hand in a lab twice (the best score counts)
         results = report.results_from_json(payload.get("submissions"), unique=False)
     except (OSError, ValueError, RecursionError) as error:
         print(
-            f"normlab export: cannot read {inert.text(args.results, lines=False)}: "
-            f"{inert.text(error)}",
+            f"normlab export: cannot read {inert.text(path, lines=False)}: {inert.text(error)}",
             file=sys.stderr,
         )
-        return 2
-    from normlab.grader.identity import warn_conflicts
+        return None
+    warn_conflicts(lms.claims([result.as_dict() for result in results]), "normlab export")
+    return results
 
-    submissions = [result.as_dict() for result in results]
-    warn_conflicts(lms.claims(submissions), "normlab export")
-    out = Path(args.out)
-    if args.format == "canvas":
-        report.write_atomically(out, lms.canvas_csv(submissions))
-    elif args.format == "summary":
-        report.write_atomically(out, lms.class_summary(submissions))
-    else:  # moodle: per lab, a grading worksheet and a feedback-files zip, all rendered first
-        files: dict[Path, str | bytes] = {}
-        for lab in sorted({s["lab"] for s in submissions if s.get("lab")}):
-            files[out / f"moodle-{lab}.csv"] = lms.moodle_csv(submissions, lab)
-            archive, left_out = lms.moodle_feedback_zip(results, lab)
-            files[out / f"moodle-{lab}-feedback.zip"] = archive
-            if left_out:
-                print(
-                    f"normlab export: {len(left_out)} submissions of {lab} have no Moodle "
-                    "participant number, so no folder in the feedback zip: "
-                    + ", ".join(inert.text(path, lines=False) for path in left_out),
-                    file=sys.stderr,
-                )
-        for path, content in files.items():
-            report.write_atomically(path, content)
-    print(f"wrote {out}")
-    return 0
+
+# ----------------------------------------------------------------------------- the others
 
 
 def _labs(args) -> int:
@@ -366,235 +429,266 @@ def _translations(args) -> int:
     return 0
 
 
-def skip_unused_iri_parser() -> None:
-    """Skip an import that nothing here uses: 1.9 s of CPU in each command that reads notebooks.
+# ----------------------------------------------------------------------------- the table
 
-    nbformat imports jsonschema, which imports its optional checker for the "iri" format
-    (rfc3987-syntax 1.1), and that builds a Lark parser as it is imported. The notebook schemas
-    have no "format" keyword, so no IRI is ever checked. A command is a process of its own;
-    where jsonschema is already imported this changes nothing.
-    """
-    if "jsonschema" not in sys.modules:
-        sys.modules.setdefault("rfc3987_syntax", None)
+LANG_HELP = (
+    "language of the feedback, the table and JSON's lang (default: each notebook's "
+    "metadata.normlab.lang, else NORMLAB_LANG, else en); the CSV stays in English"
+)
+ROOT_OPTION = arg("--root", default=".", help="the course checkout (default: .)")
+FOLDER_OPTION = arg("--folder", default="work", help="your folder, under the root (default: work)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    skip_unused_iri_parser()
-    from normlab.grader.i18n import LANGUAGES
-    from normlab.grader.isolation.limits import DEFAULT as DEFAULT_LIMITS
+#: how ``grade`` and ``merge`` show the results (both deliver them with :func:`_deliver`)
+QUIET = arg("--quiet", action="store_true", help="table without the failed checks")
+LANG = arg("--lang", choices=LANGUAGES, help=LANG_HELP)
 
-    parser = argparse.ArgumentParser(prog="normlab", description="The normlab course tools.")
-    commands = parser.add_subparsers(dest="command", required=True)
 
-    grade = commands.add_parser(
-        "grade",
-        help="grade notebooks (each in its own sandboxed process)",
-        description="Grade lab notebooks. PATH is a notebook or a folder searched for notebooks. "
-        "The lab is --lab's, else the notebook's metadata's or its file name's (03_layernorm...). "
-        "Exit status 0 whenever grading ran, whatever the scores; 2 for usage errors.",
-    )
-    grade.add_argument("paths", nargs="+", metavar="PATH")
-    grade.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    grade.add_argument("--csv", metavar="FILE", help="write a CSV gradebook (atomically)")
-    grade.add_argument(
-        "--feedback", metavar="DIR", help="write DIR/STUDENT/LAB.md and .html for each submission"
-    )
-    grade.add_argument(
+def limit_help() -> str:
+    """The help of ``grade --limit``: the one place it is written (it may list ``Limits``'
+    fields, which carry their own units and help)."""
+    return "set any limit of docs/grading.md's table (e.g. max_files=2000); repeatable"
+
+
+GRADE_ARGUMENTS = (
+    arg("paths", nargs="+", metavar="PATH"),
+    arg("--json", action="store_true", help="print one JSON object on stdout"),
+    arg("--csv", metavar="FILE", help="write a CSV gradebook (atomically)"),
+    arg(
+        "--feedback",
+        metavar="DIR",
+        help="write DIR/STUDENT/LAB.md and .html for each submission",
+    ),
+    arg(
         "--timeout",
         type=float,
         default=DEFAULT_LIMITS.timeout,
         metavar="S",
         help=f"wall-time budget per submission in seconds (default {DEFAULT_LIMITS.timeout:g})",
-    )
-    grade.add_argument(
+    ),
+    arg(
         "--memory",
         type=int,
         default=DEFAULT_LIMITS.memory_mb,
         metavar="MB",
         help=(
             f"memory limit in MB (default {DEFAULT_LIMITS.memory_mb}): where a cgroup can be "
-            "made (the run's isolation line says 'one memory total per submission'), one total "
-            f"of MB + tmp_mb ({DEFAULT_LIMITS.tmp_mb}) for all of a submission's processes and "
-            "files together; without one, the address space of each of its processes, "
+            "made (the run's isolation line says 'one memory total per submission'), one "
+            f"total of MB + tmp_mb ({DEFAULT_LIMITS.tmp_mb}) for all of a submission's processes "
+            "and files together; without one, the address space of each of its processes, "
             "separately (docs/grading.md)"
         ),
-    )
-    grade.add_argument(
+    ),
+    arg(
         "--jobs",
         type=int,
         default=0,
         metavar="N",
         help="submissions graded at once (default: the number of CPU cores)",
-    )
-    grade.add_argument(
+    ),
+    arg(
         "--cache",
         metavar="FILE",
         help="results cache for resuming (default: next to --csv, or in --feedback)",
-    )
-    grade.add_argument("--force", action="store_true", help="regrade everything, ignore the cache")
-    grade.add_argument(
-        "--limit",
-        action="append",
-        metavar="NAME=VALUE",
-        help="set any limit of docs/grading.md's table (e.g. max_files=2000); repeatable",
-    )
-    grade.add_argument(
-        "--extra-checks", metavar="FILE.py", help="add the instructor's checks from this file"
-    )
-    sandbox = grade.add_mutually_exclusive_group()
-    sandbox.add_argument(
-        "--sandbox",
-        dest="sandbox",
-        action="store_const",
-        const=True,
-        default=None,
-        help="require bubblewrap: each notebook sees only the interpreter and the course "
-        "package, read-only, no network, its own PIDs (the default where bwrap runs)",
-    )
-    sandbox.add_argument(
-        "--no-sandbox",
-        dest="sandbox",
-        action="store_const",
-        const=False,
-        help="run notebooks as plain processes even where bubblewrap is installed",
-    )
-    grade.add_argument(
+    ),
+    arg("--force", action="store_true", help="regrade everything, ignore the cache"),
+    arg("--limit", action="append", metavar="NAME=VALUE", help=limit_help()),
+    arg("--extra-checks", metavar="FILE.py", help="add the instructor's checks from this file"),
+    Either(
+        (
+            arg(
+                "--sandbox",
+                dest="sandbox",
+                action="store_const",
+                const=True,
+                default=None,
+                help="require bubblewrap: each notebook sees only the interpreter and the "
+                "course package, read-only, no network, its own PIDs (the default where "
+                "bwrap runs)",
+            ),
+            arg(
+                "--no-sandbox",
+                dest="sandbox",
+                action="store_const",
+                const=False,
+                help="run notebooks as plain processes even where bubblewrap is installed",
+            ),
+        )
+    ),
+    arg(
         "--allow-root",
         action="store_true",
         help="as root, run learner code as root where it cannot run as the user nobody "
         "(refused otherwise)",
-    )
-    grade.add_argument(
+    ),
+    arg(
         "--lab",
         metavar="STEM",
         help="grade every notebook as this lab's assignment (e.g. 03_layernorm): a notebook "
         "whose metadata or file name says it is another lab gets 0 and is told so",
-    )
-    grade.add_argument("--quiet", action="store_true", help="table without the failed checks")
-    grade.add_argument(
-        "--lang",
-        choices=LANGUAGES,
-        help="language of the feedback, the table and JSON's lang (default: each notebook's "
-        "metadata.normlab.lang, else NORMLAB_LANG, else en); the CSV stays in English",
-    )
-    grade.add_argument(
+    ),
+    QUIET,
+    LANG,
+    arg(
         "--shard",
         type=_shard,
         metavar="I/N",
-        help="grade only every N-th submission starting at the I-th (1-based); with --json, "
-        "`normlab merge` joins the N outputs into the one-run gradebook",
-    )
-    grade.set_defaults(run=_grade)
+        help="grade only every N-th submission starting at the I-th (1-based); with "
+        "--json, `normlab merge` joins the N outputs into the one-run gradebook",
+    ),
+)
 
-    merge = commands.add_parser(
-        "merge", help="join the --json outputs of `normlab grade --shard I/N` into one gradebook"
-    )
-    merge.add_argument("shards", nargs="+", metavar="SHARD.json")
-    merge.add_argument("--json", action="store_true", help="print the merged JSON on stdout")
-    merge.add_argument("--csv", metavar="FILE", help="write the CSV gradebook (atomically)")
-    merge.add_argument("--feedback", metavar="DIR", help="write the per-student feedback")
-    merge.add_argument("--quiet", action="store_true", help="table without the failed checks")
-    merge.add_argument(
-        "--lang",
-        choices=LANGUAGES,
-        help="language of the feedback, the table and JSON's lang (default: each notebook's "
-        "metadata.normlab.lang, else NORMLAB_LANG, else en); the CSV stays in English",
-    )
-    merge.set_defaults(run=_merge)
 
-    export = commands.add_parser(
+MERGE_ARGUMENTS = (
+    arg("shards", nargs="+", metavar="SHARD.json"),
+    arg("--json", action="store_true", help="print the merged JSON on stdout"),
+    arg("--csv", metavar="FILE", help="write the CSV gradebook (atomically)"),
+    arg("--feedback", metavar="DIR", help="write the per-student feedback"),
+    QUIET,
+    LANG,
+)
+
+
+def _export_arguments() -> tuple[Arg, ...]:
+    """``export``'s arguments: the exports' names, and each option an export reads, its help
+    prefixed with the exports that read it."""
+    options = {}  # flag -> (the exports that read it, its settings)
+    for export in exports.EXPORTS.values():
+        for option in export.options:
+            names, settings = options.setdefault(option.flag, ([], option.settings))
+            names.append(export.name)
+    return (
+        arg("format", choices=list(exports.EXPORTS)),
+        arg("out", metavar="OUT"),
+        arg("--results", metavar="FILE.json", help="graded results (JSON)"),
+        *(
+            arg(flag, **{**settings, "help": f"{', '.join(names)}: {settings['help']}"})
+            for flag, (names, settings) in options.items()
+        ),
+    )
+
+
+def _positive_limits(args) -> str | None:
+    if args.timeout <= 0 or args.memory <= 0 or args.jobs < 0:
+        return "--timeout and --memory must be positive, --jobs at least 0"
+    return None
+
+
+#: every subcommand, in the order ``normlab --help`` lists them
+COMMANDS = (
+    Command(
+        "grade",
+        _grade,
+        "grade notebooks (each in its own sandboxed process)",
+        GRADE_ARGUMENTS,
+        description="Grade lab notebooks. PATH is a notebook or a folder searched for "
+        "notebooks. The lab is --lab's, else the notebook's metadata's or its file name's "
+        "(03_layernorm...). Exit status 0 whenever grading ran, whatever the scores; 2 for "
+        "usage errors.",
+        validate=_positive_limits,
+    ),
+    Command(
+        "merge",
+        _merge,
+        "join the --json outputs of `normlab grade --shard I/N` into one gradebook",
+        MERGE_ARGUMENTS,
+    ),
+    Command(
         "export",
-        help="gradebooks for Canvas, Moodle, a class summary; a Gradescope autograder",
-        description="canvas OUT.csv / moodle OUTDIR / summary OUT.csv read --results (the JSON "
-        "of `normlab grade --json` or `normlab merge --json`; moodle writes, per lab, the "
-        "grading worksheet moodle-LAB.csv and the feedback-files zip moodle-LAB-feedback.zip); "
-        "gradescope OUTDIR --lab STEM writes an autograder bundle.",
-    )
-    export.add_argument("format", choices=["canvas", "moodle", "summary", "gradescope"])
-    export.add_argument("out", metavar="OUT")
-    export.add_argument("--results", metavar="FILE.json", help="graded results (JSON)")
-    export.add_argument("--lab", help="gradescope: the lab this assignment is (e.g. 03_layernorm)")
-    export.add_argument("--extra-checks", metavar="FILE.py", help="gradescope: hidden checks")
-    export.add_argument(
-        "--extra-visibility",
-        choices=["visible", "after_due_date", "after_published", "hidden"],
-        default="after_due_date",
-        help="gradescope: when students see the hidden checks' results (default after_due_date)",
-    )
-    export.add_argument(
-        "--require-sandbox",
-        action="store_true",
-        help="gradescope: grade only under bubblewrap (no grade where the container forbids it)",
-    )
-    export.set_defaults(run=_export)
-
-    labs = commands.add_parser("labs", help="generate labs/ from solutions/ (or --check staleness)")
-    labs.add_argument(
-        "stems", nargs="*", metavar="STEM", help="only these labs (e.g. 03_layernorm); default: all"
-    )
-    labs.add_argument("--check", action="store_true", help="exit 1 if labs/ is not up to date")
-    labs.add_argument("--root", default=".", help="the course checkout (default: .)")
-    labs.set_defaults(run=_labs)
-
-    work = commands.add_parser(
+        _export,
+        "gradebooks for Canvas, Moodle, a class summary; a Gradescope autograder",
+        _export_arguments,
+        description=exports.description,
+    ),
+    Command(
+        "labs",
+        _labs,
+        "generate labs/ from solutions/ (or --check staleness)",
+        (
+            arg(
+                "stems",
+                nargs="*",
+                metavar="STEM",
+                help="only these labs (e.g. 03_layernorm); default: all",
+            ),
+            arg("--check", action="store_true", help="exit 1 if labs/ is not up to date"),
+            ROOT_OPTION,
+        ),
+    ),
+    Command(
         "work",
-        help="copy each lab you have no copy of yet into work/ (never overwrites a file)",
-    )
-    work.add_argument("--root", default=".", help="the course checkout (default: .)")
-    work.add_argument(
-        "--folder", default="work", help="your folder, under the root (default: work)"
-    )
-    work.add_argument("--quiet", action="store_true", help="print nothing")
-    work.set_defaults(run=_work)
-
-    progress = commands.add_parser(
+        _work,
+        "copy each lab you have no copy of yet into work/ (never overwrites a file)",
+        (ROOT_OPTION, FOLDER_OPTION, arg("--quiet", action="store_true", help="print nothing")),
+    ),
+    Command(
         "progress",
-        help="your progress: one line per lab you started in work/ (and work/es/), graded",
-    )
-    progress.add_argument("--root", default=".", help="the course checkout (default: .)")
-    progress.add_argument(
-        "--folder", default="work", help="your folder, under the root (default: work)"
-    )
-    progress.add_argument(
-        "--no-sandbox", action="store_true", help="as `normlab grade --no-sandbox`"
-    )
-    progress.add_argument("--allow-root", action="store_true", help="as `normlab grade`")
-    progress.set_defaults(run=_progress)
-
-    release = commands.add_parser(
+        _progress,
+        "your progress: one line per lab you started in work/ (and work/es/), graded",
+        (
+            ROOT_OPTION,
+            FOLDER_OPTION,
+            arg("--no-sandbox", action="store_true", help="as `normlab grade --no-sandbox`"),
+            arg("--allow-root", action="store_true", help="as `normlab grade`"),
+        ),
+    ),
+    Command(
         "release",
-        help="write the student edition (no solutions, no answers, hashed keys) into OUT",
-    )
-    release.add_argument("out", metavar="OUT", help="a new or empty folder")
-    release.add_argument("--root", default=".", help="the course checkout (default: .)")
-    release.add_argument(
-        "--site",
-        action="store_true",
-        help="also build the edition's website (no worked solutions) into OUT/_site",
-    )
-    release.set_defaults(run=_release)
-
-    translations = commands.add_parser(
+        _release,
+        "write the student edition (no solutions, no answers, hashed keys) into OUT",
+        (
+            arg("out", metavar="OUT", help="a new or empty folder"),
+            ROOT_OPTION,
+            arg(
+                "--site",
+                action="store_true",
+                help="also build the edition's website (no worked solutions) into OUT/_site",
+            ),
+        ),
+    ),
+    Command(
         "translations",
-        help="check the Spanish edition against the English, or restamp an updated translation",
-        description="check (default): stale stamps, parity (headings, equations, numbers, code, "
-        "figures, links), broken links, incomplete lab catalogs. stamp FILE...: record the "
-        "English file's current hash in an updated Spanish file; for a catalog "
+        _translations,
+        "check the Spanish edition against the English, or restamp an updated translation",
+        (
+            arg("action", nargs="?", choices=["check", "diff", "stamp"], default="check"),
+            arg("paths", nargs="*", metavar="FILE"),
+            arg("--cell", action="append", metavar="ID", help="catalog cell id"),
+            ROOT_OPTION,
+        ),
+        description="check (default): stale stamps, parity (headings, equations, numbers, "
+        "code, figures, links), broken links, incomplete lab catalogs. stamp FILE...: record "
+        "the English file's current hash in an updated Spanish file; for a catalog "
         "(es/catalog/STEM.json) give --cell ID for each updated cell. diff FILE [--cell ID]: "
         "what changed in the English since the version the Spanish file (or cell) translates.",
-    )
-    translations.add_argument(
-        "action", nargs="?", choices=["check", "diff", "stamp"], default="check"
-    )
-    translations.add_argument("paths", nargs="*", metavar="FILE")
-    translations.add_argument("--cell", action="append", metavar="ID", help="catalog cell id")
-    translations.add_argument("--root", default=".", help="the course checkout (default: .)")
-    translations.set_defaults(run=_translations)
+    ),
+)
 
-    args = parser.parse_args(argv)
-    if args.command == "grade":
-        if args.timeout <= 0 or args.memory <= 0 or args.jobs < 0:
-            parser.error("--timeout and --memory must be positive, --jobs at least 0")
+
+def parser() -> argparse.ArgumentParser:
+    """argparse's parser for the table :data:`COMMANDS`."""
+    top = argparse.ArgumentParser(prog="normlab", description="The normlab course tools.")
+    subparsers = top.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        description, arguments = command.description, command.arguments
+        sub = subparsers.add_parser(
+            command.name,
+            help=command.help,
+            description=description() if callable(description) else description,
+        )
+        for argument in arguments() if callable(arguments) else arguments:
+            argument.add_to(sub)
+        sub.set_defaults(run=command.run, validate=command.validate)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    skip_unused_iri_parser()
+    top = parser()
+    args = top.parse_args(argv)
+    problem = args.validate(args) if args.validate else None
+    if problem:
+        top.error(problem)
     try:
         return args.run(args)
     except BrokenPipeError:  # `normlab grade ... | head`: the reader left; nothing to report

@@ -7,7 +7,8 @@ solutions (also ``es/solutions``), the Spanish lab catalog, the tests and the in
 documents (it keeps ``docs/running.md``, which is the learner's), and it removes every lab answer
 from what it ships:
 
-* answer keys in the check modules (the letter given to ``expect_choice`` and module-level
+* answer keys in the check modules (the letter a multiple-choice check accepts, ``key=`` of
+  ``choice`` or the second argument of ``expect_choice``, and module-level
   strings equal to a top-level answer, such as ``POSTLN_FIXES``) become salted hashes
   (:mod:`normlab.grader.keys`), which the checks compare against;
 * a demo statement that is a lab's answer (same code, up to the names of its local variables) is
@@ -192,6 +193,22 @@ def _salt(where: str, answer: str) -> str:
     return hashlib.sha256(f"normlab release:{where}:{answer}".encode()).hexdigest()[:16]
 
 
+def choice_key(node: ast.AST) -> ast.Constant | None:
+    """The literal key of a multiple-choice check, in either of its forms: the declaration
+    ``choice(LAB, ..., key="b", ...)`` or the call ``expect_choice(sub.get("NAME"), "b", ...)``;
+    None for any other node."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        return None
+    key = None
+    if node.func.id == "choice":
+        key = next((k.value for k in node.keywords if k.arg == "key"), None)
+    elif node.func.id == "expect_choice" and len(node.args) >= 2:
+        key = node.args[1]
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key
+    return None
+
+
 def hide_keys(source: str, where: str, top_level_answers: set[str]) -> tuple[str, int]:
     """Hash the answer keys of a check module. Returns the new source and how many were hashed."""
     tree = ast.parse(source)
@@ -204,15 +221,9 @@ def hide_keys(source: str, where: str, top_level_answers: set[str]) -> tuple[str
         )
 
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "expect_choice"
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            hash_constant(node.args[1])
+        key = choice_key(node)
+        if key is not None:
+            hash_constant(key)
     for node in tree.body:
         # ``*_WHY`` maps each wrong letter to its misconception: its letters would name the key
         # by elimination, so they are hashed too (expect_choice compares hashes).

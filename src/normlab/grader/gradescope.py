@@ -46,6 +46,10 @@ REQUIREMENTS = ("numpy>=1.24",)
 LAB_REQUIREMENTS = {"07_cost": ("numba>=0.60",)}
 
 
+#: the course package the bundle copies (``src/normlab``): this file is its ``grader/gradescope.py``
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
 class BundleError(Exception):
     """The bundle cannot be written as asked (a usage error for ``normlab export``)."""
 
@@ -347,12 +351,10 @@ def write_bundle(
         extra_visibility: Gradescope's visibility for the hidden checks' tests.
         require_sandbox: grade with ``--sandbox`` (refuse to grade where bubblewrap cannot run).
     """
-    import normlab
-
     if extra_visibility not in VISIBILITIES:
         raise BundleError(f"the visibility must be one of {', '.join(VISIBILITIES)}")
     names = extra_check_names(extra_checks, lab) if extra_checks is not None else []
-    package = Path(normlab.__file__).resolve().parent
+    package = PACKAGE
     out.mkdir(parents=True, exist_ok=True)
     (out / "setup.sh").write_text(
         SETUP.replace("__TORCH__", TORCH).replace("__HIDDEN__", HIDDEN), encoding="utf-8"

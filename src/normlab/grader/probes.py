@@ -528,6 +528,38 @@ def expect_choice(
         raise CheckFailed(f"{what}: ({given}) is not right. {hint}{because}")
 
 
+def choice(
+    lab,
+    title: str,
+    *,
+    points: int,
+    name: str,
+    key: str,
+    hint: str,
+    why: dict[str, str] | None = None,
+) -> None:
+    """Declare a multiple-choice question of ``lab``: the check ``title`` (worth ``points``)
+    passes when the learner's string ``name`` names the option ``key``; it fails as
+    :func:`expect_choice` says, with ``hint``, and ``why``'s misconception for a wrong letter.
+
+    ``key`` must be a literal letter: ``normlab release`` hashes it in the student edition
+    (``release.hide_keys``), and ``tests/test_practice_problems.py`` reads it. One declaration
+    is the whole check::
+
+        choice(LAB, "problem 1: ... (multiple choice)", points=1, name="D1_ANSWER", key="b",
+               hint="...", why=D1_WHY)
+
+    A check written out as ``expect_choice(sub.get("D1_ANSWER"), "b", what="D1_ANSWER", ...)``
+    in a function of ``@LAB.check`` means the same, and both tools read that form too.
+    """
+
+    def check(sub) -> None:
+        expect_choice(sub.get(name), key, what=name, hint=hint, why=why)
+
+    check.__name__ = check.__qualname__ = f"choice_{name.lower()}"
+    lab.check(title, points=points, uses=[name])(check)
+
+
 def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, hint: str) -> None:
     """Fail unless a returned plain value (string or number) is accepted."""
     item = item_of(out, None, what)

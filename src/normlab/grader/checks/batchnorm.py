@@ -24,7 +24,7 @@ import numpy as np
 from normlab.grader.cases import F64, Args, Graded, tensor64
 from normlab.grader.core import CheckFailed, Item, Lab, Output
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, both, eps_ignored, evaluate, expect_array, expect_choice
+from normlab.grader.probes import Probe, both, choice, eps_ignored, evaluate, expect_array
 
 LAB = Lab(
     stem="02_batchnorm",
@@ -823,19 +823,15 @@ COMPANIONS_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: why companions matter in train mode only (multiple choice)",
     points=1,
-    uses=["COMPANIONS_ANSWER"],
+    name="COMPANIONS_ANSWER",
+    key="b",
+    hint="Ask which numbers the normalization uses in each mode, and who computes them.",
+    why=COMPANIONS_WHY,
 )
-def problem_companions(sub):
-    expect_choice(
-        sub.get("COMPANIONS_ANSWER"),
-        "b",
-        what="COMPANIONS_ANSWER",
-        hint="Ask which numbers the normalization uses in each mode, and who computes them.",
-        why=COMPANIONS_WHY,
-    )
 
 
 # ----------------------------------------------------------------------------- problem 2

@@ -41,7 +41,7 @@ import numpy as np
 from normlab.grader.cases import F32, Args, Graded, affine_params, tensor64
 from normlab.grader.core import CheckFailed, Lab, ReadBack
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, Slip, expect_array, expect_choice, expect_keyed
+from normlab.grader.probes import Probe, Slip, choice, expect_array, expect_keyed
 
 LAB = Lab(
     stem="07_cost",
@@ -738,14 +738,14 @@ COST_WHY = {
 }
 
 
-@LAB.check("problem 3: what the benchmark shows (multiple choice)", points=1, uses=["COST_ANSWER"])
-def cost_answer(sub):
-    expect_choice(
-        sub.get("COST_ANSWER"),
-        "d",
-        what="COST_ANSWER",
-        hint="Compare each statement with the measured table in the chapter: the naive rows "
-        "against their pass counts, the two fused rows against each other and the copy, the "
-        "fresh-output rows, and the Welford row.",
-        why=COST_WHY,
-    )
+choice(
+    LAB,
+    "problem 3: what the benchmark shows (multiple choice)",
+    points=1,
+    name="COST_ANSWER",
+    key="d",
+    hint="Compare each statement with the measured table in the chapter: the naive rows "
+    "against their pass counts, the two fused rows against each other and the copy, the "
+    "fresh-output rows, and the Welford row.",
+    why=COST_WHY,
+)

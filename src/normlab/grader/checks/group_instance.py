@@ -29,7 +29,7 @@ import numpy as np
 from normlab.grader.cases import Args, Graded, affine_params, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, eps_ignored, expect_choice
+from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="05_group_instance",
@@ -1145,19 +1145,15 @@ GN_LN_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 2: is GroupNorm(1, C) the same module as LayerNorm? (multiple choice)",
     points=1,
-    uses=["GN_LN_ANSWER"],
+    name="GN_LN_ANSWER",
+    key="b",
+    hint="Compare the statistics first, then count the affine parameters of each module.",
+    why=GN_LN_WHY,
 )
-def problem_gn_ln_answer(sub):
-    expect_choice(
-        sub.get("GN_LN_ANSWER"),
-        "b",
-        what="GN_LN_ANSWER",
-        hint="Compare the statistics first, then count the affine parameters of each module.",
-        why=GN_LN_WHY,
-    )
 
 
 # ----------------------------------------------------------------------------- problem 3
@@ -1178,19 +1174,15 @@ DYT_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 3: what DyT does and does not replace (multiple choice)",
     points=1,
-    uses=["DYT_ANSWER"],
+    name="DYT_ANSWER",
+    key="c",
+    hint="Feed DyT 10 x instead of x, and compute what one output element depends on.",
+    why=DYT_WHY,
 )
-def problem_dyt_answer(sub):
-    expect_choice(
-        sub.get("DYT_ANSWER"),
-        "c",
-        what="DYT_ANSWER",
-        hint="Feed DyT 10 x instead of x, and compute what one output element depends on.",
-        why=DYT_WHY,
-    )
 
 
 # ----------------------------------------------------------------------------- problem 4

@@ -22,7 +22,7 @@ import numpy as np
 from normlab.grader.cases import Args, Graded, affine_params, rows_with_varied_scale, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, array_of, both, eps_ignored, expect_choice
+from normlab.grader.probes import Probe, array_of, both, choice, eps_ignored
 
 LAB = Lab(
     stem="03_layernorm",
@@ -506,15 +506,15 @@ D1_WHY = {
 }
 
 
-@LAB.check("problem 1: why d = 1 is useless (multiple choice)", points=1, uses=["D1_ANSWER"])
-def problem_d1_answer(sub):
-    expect_choice(
-        sub.get("D1_ANSWER"),
-        "b",
-        what="D1_ANSWER",
-        hint="Compute x - mean for a row with a single value, then read the options again.",
-        why=D1_WHY,
-    )
+choice(
+    LAB,
+    "problem 1: why d = 1 is useless (multiple choice)",
+    points=1,
+    name="D1_ANSWER",
+    key="b",
+    hint="Compute x - mean for a row with a single value, then read the options again.",
+    why=D1_WHY,
+)
 
 
 # ----------------------------------------------------------------------------- practice problem 2
@@ -606,19 +606,15 @@ D2_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 2: when x_hat is not plus or minus [1, -1] (multiple choice)",
     points=1,
-    uses=["D2_ANSWER"],
+    name="D2_ANSWER",
+    key="a",
+    hint="Compute x_hat for [3, 3.001] with eps = 1e-5, then read the options again.",
+    why=D2_WHY,
 )
-def problem_d2_answer(sub):
-    expect_choice(
-        sub.get("D2_ANSWER"),
-        "a",
-        what="D2_ANSWER",
-        hint="Compute x_hat for [3, 3.001] with eps = 1e-5, then read the options again.",
-        why=D2_WHY,
-    )
 
 
 # ----------------------------------------------------------------------------- practice problem 3
@@ -637,18 +633,14 @@ INVARIANCE_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 3: LayerNorm's and BatchNorm's invariances (multiple choice)",
     points=1,
-    uses=["INVARIANCE_ANSWER"],
+    name="INVARIANCE_ANSWER",
+    key="a",
+    hint="Ask over which axis each norm takes its statistics: a shift that is the same for "
+    "every example, or a factor that is the same for every feature of one example, cancels "
+    "only in the statistics over the matching axis.",
+    why=INVARIANCE_WHY,
 )
-def problem_invariance_answer(sub):
-    expect_choice(
-        sub.get("INVARIANCE_ANSWER"),
-        "a",
-        what="INVARIANCE_ANSWER",
-        hint="Ask over which axis each norm takes its statistics: a shift that is the same for "
-        "every example, or a factor that is the same for every feature of one example, cancels "
-        "only in the statistics over the matching axis.",
-        why=INVARIANCE_WHY,
-    )

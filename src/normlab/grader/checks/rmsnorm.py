@@ -21,7 +21,7 @@ import numpy as np
 from normlab.grader.cases import F32, Args, Graded, gain, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, eps_ignored, expect_choice
+from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="04_rmsnorm",
@@ -619,17 +619,13 @@ JACOBIAN_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: how the two Jacobians compare (multiple choice)",
     points=1,
-    uses=["JACOBIAN_ANSWER"],
+    name="JACOBIAN_ANSWER",
+    key="b",
+    hint="Look at which entries of your two Jacobians are zero, and count the terms that "
+    "are subtracted from delta_ij in each.",
+    why=JACOBIAN_WHY,
 )
-def problem_jacobian_answer(sub):
-    expect_choice(
-        sub.get("JACOBIAN_ANSWER"),
-        "b",
-        what="JACOBIAN_ANSWER",
-        hint="Look at which entries of your two Jacobians are zero, and count the terms that "
-        "are subtracted from delta_ij in each.",
-        why=JACOBIAN_WHY,
-    )

@@ -29,7 +29,7 @@ from normlab.grader.cases import Args, Graded, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, eps_ignored, expect_choice
+from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="01_why_normalize",
@@ -669,20 +669,16 @@ BACKWARD_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: the gradient reaching the input of a deep linear net (multiple choice)",
     points=1,
-    uses=["BACKWARD_ANSWER"],
+    name="BACKWARD_ANSWER",
+    key="b",
+    hint="The backward pass of z = h @ W multiplies the gradient by W.T at every layer; what "
+    "is the gain of W.T when W has entries N(0, g**2 / d)?",
+    why=BACKWARD_WHY,
 )
-def problem_backward_answer(sub):
-    expect_choice(
-        sub.get("BACKWARD_ANSWER"),
-        "b",
-        what="BACKWARD_ANSWER",
-        hint="The backward pass of z = h @ W multiplies the gradient by W.T at every layer; what "
-        "is the gain of W.T when W has entries N(0, g**2 / d)?",
-        why=BACKWARD_WHY,
-    )
 
 
 WEIGHT_GRAD_WHY = {
@@ -698,20 +694,16 @@ WEIGHT_GRAD_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: weight gradients across the layers (multiple choice)",
     points=1,
-    uses=["WEIGHT_GRAD_ANSWER"],
+    name="WEIGHT_GRAD_ANSWER",
+    key="c",
+    hint="dW_l = h_{l-1}.T @ dz_l: multiply the size of the activation entering layer l by "
+    "the size of the gradient leaving it, and count the factors of g in each.",
+    why=WEIGHT_GRAD_WHY,
 )
-def problem_weight_grad_answer(sub):
-    expect_choice(
-        sub.get("WEIGHT_GRAD_ANSWER"),
-        "c",
-        what="WEIGHT_GRAD_ANSWER",
-        hint="dW_l = h_{l-1}.T @ dz_l: multiply the size of the activation entering layer l by "
-        "the size of the gradient leaving it, and count the factors of g in each.",
-        why=WEIGHT_GRAD_WHY,
-    )
 
 
 @functools.cache
@@ -875,17 +867,13 @@ ICS_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 4: internal covariate shift and what followed (multiple choice)",
     points=1,
-    uses=["ICS_ANSWER"],
+    name="ICS_ANSWER",
+    key="c",
+    hint="Re-read what Santurkar et al. (2018, §2.1) did to the BatchNorm layers' outputs, "
+    "and what happened to training.",
+    why=ICS_WHY,
 )
-def problem_ics_answer(sub):
-    expect_choice(
-        sub.get("ICS_ANSWER"),
-        "c",
-        what="ICS_ANSWER",
-        hint="Re-read what Santurkar et al. (2018, §2.1) did to the BatchNorm layers' outputs, "
-        "and what happened to training.",
-        why=ICS_WHY,
-    )
