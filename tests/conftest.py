@@ -454,9 +454,7 @@ def serve_and_stop(course, until=None):
             log.append(line)
             if until is not None and until in line:
                 return "".join(log)
-            found = re.search(
-                rf"http://localhost:{port}/lab/tree/START_HERE\.md\?token=\w+", line
-            )
+            found = re.search(rf"http://localhost:{port}/lab/tree/START_HERE\.md\?token=\w+", line)
             url = found and found.group(0)
         assert url, "".join(log[-20:])
         assert b"JupyterLab" in fetch(url, process, log)
