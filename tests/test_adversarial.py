@@ -750,7 +750,7 @@ def test_a_late_child_of_a_replaced_fork_server_finds_nobody_listening():
     """A fork server too slow to answer is replaced, but it may still fork a child with the
     pipes it was handed: the submission's fresh interpreter gets pipes of its own."""
     from normlab.grader import core
-    from normlab.grader.grade import read_code_cells
+    from normlab.grader.grade import parse_notebook
     from normlab.grader.isolation import wire
     from normlab.grader.isolation.limits import DEFAULT
     from normlab.grader.isolation.sandbox import ChildSubmission, choose_isolation
@@ -762,7 +762,7 @@ def test_a_late_child_of_a_replaced_fork_server_finds_nobody_listening():
             raise OSError("the fork server did not answer in time")
 
     isolation = choose_isolation(False, allow_root=True)
-    cells, _ = read_code_cells(SOLUTION)
+    cells, _ = parse_notebook(SOLUTION.read_bytes())
     with ChildSubmission(cells, DEFAULT, isolation, LateServer()) as submission:
         results = core.run_checks(get_lab("03_layernorm"), submission)
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]

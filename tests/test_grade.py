@@ -310,3 +310,85 @@ def test_an_assignment_grades_every_notebook_as_its_lab(tmp_path):
 
     code, _, stderr = grade(other, extra=["--lab", "03_layer"])
     assert code == 2 and "--lab must be one of 01_why_normalize" in stderr
+
+
+def _cache_entry(tmp_path: Path, index: int):
+    from normlab.grader import grade as grade_module
+    from normlab.grader.identity import identify
+    from normlab.grader.report import SubmissionResult
+
+    path = tmp_path / f"student{index:03d}" / "03_layernorm.ipynb"
+    entry = grade_module.Entry(path, identify(path, tmp_path))
+    result = SubmissionResult(
+        str(path),
+        "03_layernorm",
+        0,
+        FULL,
+        None,
+        [],
+        entry.student,
+        isolation="processes",
+        name=entry.identity.name,
+    )
+    return f"{index:064x}", result, entry
+
+
+def test_the_cache_writes_each_result_once(tmp_path, monkeypatch):
+    """A class of n costs the cache n lines written, not n rewrites of a growing file (which
+    wrote about n / 2 times the final file: 100 times for 200 results). Every byte written
+    through the operating system is counted, and every result reads back."""
+    import os
+
+    from normlab.grader import grade as grade_module
+
+    written = []
+    real_write = os.write
+
+    def counting_write(fd, data):
+        written.append(len(data))
+        return real_write(fd, data)
+
+    def counting_atomic(path, text):
+        written.append(len(text))
+        return write_atomically(path, text)
+
+    write_atomically = grade_module.write_atomically
+    monkeypatch.setattr(grade_module, "write_atomically", counting_atomic)
+    monkeypatch.setattr(grade_module.os, "write", counting_write)
+    path = tmp_path / "cache.json"
+    cache = grade_module.ResultCache(path, "fingerprint")
+    entries = [_cache_entry(tmp_path, index) for index in range(200)]
+    for digest, result, entry in entries:
+        cache.put(digest, result, entry)
+    monkeypatch.undo()
+    assert sum(written) <= 1.01 * path.stat().st_size, (sum(written), path.stat().st_size)
+    reread = grade_module.ResultCache(path, "fingerprint")
+    assert [reread.get(digest, entry) for digest, _, entry in entries] == [
+        result for _, result, _ in entries
+    ]
+    assert grade_module.ResultCache(path, "another grader").entries == {}
+
+
+def test_a_cache_line_cut_short_costs_that_result_alone(tmp_path):
+    """A run killed while it appended a result leaves half a line: the results before it are
+    reused, that one is graded again, and the next results are appended after it intact."""
+    from normlab.grader import grade as grade_module
+
+    path = tmp_path / "cache.json"
+    cache = grade_module.ResultCache(path, "fingerprint")
+    entries = [_cache_entry(tmp_path, index) for index in range(3)]
+    for digest, result, entry in entries[:2]:
+        cache.put(digest, result, entry)
+    path.write_bytes(path.read_bytes()[:-40])  # the second line, cut short
+    cache = grade_module.ResultCache(path, "fingerprint")
+    assert [cache.get(digest, entry) is not None for digest, _, entry in entries[:2]] == [
+        True,
+        False,
+    ]
+    cache.put(*entries[2])
+    again = grade_module.ResultCache(path, "fingerprint")
+    assert [again.get(digest, entry) is not None for digest, _, entry in entries] == [
+        True,
+        False,
+        True,
+    ]

@@ -45,7 +45,6 @@ LAB = Lab(
 EPS = 1e-5
 F64 = {"rtol": 1e-7, "atol": 1e-12}  # float64 answers agree with the oracle to ~1e-14
 F32 = {"rtol": 1e-4, "atol": 1e-4}  # float32 output of unit scale: rounding ~1e-7
-ACTIVATIONS = ("linear", "tanh", "relu")
 
 
 # ----------------------------------------------------------------------------- helpers
