@@ -240,21 +240,37 @@ def test_parallel_workers_do_not_crash_the_grader():
 
 
 def test_the_documented_limits_are_the_limits():
-    """docs/grading.md's limits table lists every field of the one Limits object, with its value."""
+    """docs/grading.md's limits table is the one generated from the fields of ``Limits``: one
+    row per field, with its help and its value (update: ``python -m
+    normlab.grader.isolation.limits --update docs/grading.md``)."""
     import dataclasses
     import re
 
-    from normlab.grader.isolation.limits import DEFAULT, Limits
+    from normlab.grader.isolation import limits
 
     text = (ROOT / "docs" / "grading.md").read_text()
+    assert limits.with_table(text) == text, "stale: run the update command in the docstring"
     rows = dict(re.findall(r"^\| `(\w+)` \|[^|]*\| ([^|]+?) \|$", text, flags=re.MULTILINE))
-    assert set(rows) == {field.name for field in dataclasses.fields(Limits)}
+    assert set(rows) == {field.name for field in dataclasses.fields(limits.Limits)}
     for name, shown in rows.items():
-        value = getattr(DEFAULT, name)
+        value = getattr(limits.DEFAULT, name)
         number, _, unit = shown.partition(" ")
         if unit == "MB" and name.endswith("_bytes"):
             value = value >> 20
         assert float(number) == value, (name, shown, value)
+
+
+def test_every_limit_has_a_unit_and_a_help():
+    import dataclasses
+    import re
+
+    from normlab.grader.isolation import limits
+
+    for field in dataclasses.fields(limits.Limits):
+        assert field.metadata["unit"] in limits.UNITS, field.name
+        assert len(field.metadata["help"]) > 10, field.name
+    assert "max_files=65536, max_notebook_bytes=16777216," in limits.option_help()
+    assert not re.search(r"\b(timeout|memory_mb)=", limits.option_help())  # options of their own
 
 
 def filled_lab(path: Path, stem: str) -> Path:

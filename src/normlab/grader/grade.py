@@ -271,7 +271,7 @@ def grade_bytes(
             error = submission.dead_reason
             tail = submission.output_tail()
             if tail:
-                error += f"\nlast output: {tail[-300:]}"
+                error += f"\nlast output: {tail[-limits.shown_output_chars :]}"
         else:
             # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook;
             # a cell stopped by PyTorch, hidden from a NumPy lab, is a comparison of the

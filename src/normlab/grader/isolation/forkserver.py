@@ -34,6 +34,9 @@ import time
 from normlab.grader.isolation import cgroup, processes
 from normlab.grader.isolation.worker import SERVER_PRELOAD
 
+#: waiting for a killed server to be reaped: gone in milliseconds, unless stuck in the kernel
+REAP_WAIT = 5.0
+
 
 def _preload(torch: bool = True) -> None:
     for name in SERVER_PRELOAD:
@@ -251,7 +254,7 @@ class ForkServer:
             except (ProcessLookupError, PermissionError):
                 pass
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=REAP_WAIT)
             except subprocess.TimeoutExpired:
                 pass
             self.reaper.forget(self.process.pid)

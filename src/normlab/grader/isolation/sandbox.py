@@ -42,6 +42,29 @@ NOBODY = 65534
 # nothing that execution needs. /tmp is read-only in the sandbox.
 SANDBOX_HOME = "/home/notebook"
 
+# Not limits of a submission (``Limits``) but waits and margins of the grader's own, each bounded
+# far above what it needs so that only a hung or broken system ever reaches it:
+#: a start-up probe that runs this Python and imports NumPy or PyTorch, once per run
+PROBE_TIMEOUT = 120.0
+#: a probe that starts an interpreter under bubblewrap and imports the course package alone
+QUICK_PROBE_TIMEOUT = 60.0
+#: waiting for a killed process to be reaped: gone in milliseconds, unless stuck in the kernel
+REAP_WAIT = 5.0
+#: waiting for the exit status of a child whose pipe has closed: it is exiting; one still
+#: running after this has stopped answering
+EXIT_STATUS_WAIT = 1.0
+#: a call's alarm in the child rings this much before the grader's deadline, so that a slow
+#: call is reported by the child as a timeout (its process kept) rather than killed ...
+CALL_ALARM_MARGIN = 1.0
+#: ... but the alarm never allows less than this
+MIN_CALL_ALARM = 0.5
+#: a restart with less of the budget left could not even run the notebook's cells
+MIN_RESTART_BUDGET = 1.0
+#: the sandbox's own /tmp: read-only once mounted, so only the mount needs a size
+SANDBOX_TMP_BYTES = 1 << 20
+#: each hidden PyTorch folder in the sandbox: a read-only tmpfs holding one small file
+HIDDEN_FOLDER_BYTES = 65536
+
 
 class IsolationError(Exception):
     """The requested isolation cannot be had here (a usage error for the command)."""
@@ -80,7 +103,7 @@ def child_paths() -> tuple[str, ...]:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROBE_TIMEOUT,
         cwd="/",
     )
     entries = json.loads(probe.stdout)
@@ -124,7 +147,11 @@ def hidden_paths() -> tuple[str, ...]:
         modules=hidden.HIDDEN_MODULES, distributions=hidden.HIDDEN_DISTRIBUTIONS
     )
     probe = subprocess.run(
-        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+        [sys.executable, "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT,
+        cwd="/",
     )
     candidates = set(json.loads(probe.stdout))
     for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
@@ -201,7 +228,7 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
             "notebook's interpreter needs: install the course elsewhere"
         )
     command += ["--dev", "/dev", "--proc", "/proc"]
-    command += ["--perms", "1777", "--size", str(1 << 20), "--tmpfs", "/tmp"]
+    command += ["--perms", "1777", "--size", str(SANDBOX_TMP_BYTES), "--tmpfs", "/tmp"]
     command += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", SANDBOX_HOME]
     for folder in ancestors:
         if folder not in (SANDBOX_HOME, "/tmp"):
@@ -211,7 +238,7 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
     command += ["--remount-ro", "/tmp"]
     if hide_init is not None:
         for path in hidden_paths():
-            command += ["--perms", "0555", "--size", "65536", "--tmpfs", path]
+            command += ["--perms", "0555", "--size", str(HIDDEN_FOLDER_BYTES), "--tmpfs", path]
             command += ["--ro-bind", hide_init, os.path.join(path, "__init__.py")]
             command += ["--remount-ro", path]
     command += ["--remount-ro", "/", "--remount-ro", "/dev"]
@@ -230,7 +257,7 @@ def bwrap_available() -> bool:
         probe = subprocess.run(
             [*bwrap_command(), sys.executable, "-I", "-c", "import normlab"],
             capture_output=True,
-            timeout=60,
+            timeout=QUICK_PROBE_TIMEOUT,
             cwd="/",
         )
     except (OSError, subprocess.SubprocessError, ValueError):
@@ -270,7 +297,7 @@ def unprivileged_ids(sandbox: bool) -> tuple[int, int] | None:
         become = None
     try:
         probe = subprocess.run(
-            command, preexec_fn=become, capture_output=True, timeout=120, cwd="/"
+            command, preexec_fn=become, capture_output=True, timeout=PROBE_TIMEOUT, cwd="/"
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -561,7 +588,7 @@ class ChildSubmission(core.Submission):
             if self.memory_group is not None:
                 self.memory_group.kill_all()  # whatever session or namespace they are in
             try:
-                process.wait(timeout=5)
+                process.wait(timeout=REAP_WAIT)
             except subprocess.TimeoutExpired:
                 pass
             self.reaper.forget(process.pid, session=process.pid)
@@ -589,8 +616,10 @@ class ChildSubmission(core.Submission):
     def __exit__(self, *exc):
         self.cleanup()
 
-    def output_tail(self, limit: int = 400) -> str:
-        """The end of what the notebook printed (for error messages only; never parsed)."""
+    def output_tail(self, limit: int | None = None) -> str:
+        """The end of what the notebook printed (for error messages only; never parsed): the
+        last ``limit`` bytes, by default ``Limits.output_tail_bytes``."""
+        limit = self.limits.output_tail_bytes if limit is None else limit
         return files.tail(self.log_fd, limit) if self.log_fd >= 0 else ""
 
     # ------------------------------------------------------------------ the wire
@@ -599,7 +628,7 @@ class ChildSubmission(core.Submission):
         if self.process is None:
             return "the notebook's process is not running"
         try:
-            code = self.process.wait(timeout=1)
+            code = self.process.wait(timeout=EXIT_STATUS_WAIT)
         except subprocess.TimeoutExpired:
             return "the notebook's process stopped answering"
         if self.isolation.sandbox and code > 128:
@@ -694,7 +723,7 @@ class ChildSubmission(core.Submission):
             return
         if self.dead_reason and self.restarts >= self.limits.max_restarts:
             raise core.ProcessFailed(f"not run: {self.dead_reason} (too many restarts)")
-        if self.remaining() <= 1:
+        if self.remaining() <= MIN_RESTART_BUDGET:
             raise core.ProcessFailed("not run: the submission's time budget is used up")
         if self.dead_reason:
             self.restarts += 1
@@ -730,7 +759,10 @@ class ChildSubmission(core.Submission):
         timeout = min(budget, self.remaining())
         try:
             reply, results = self._exchange(
-                dict(header, timeout=max(0.5, timeout - 1)), arrays, timeout, f"calling `{name}`"
+                dict(header, timeout=max(MIN_CALL_ALARM, timeout - CALL_ALARM_MARGIN)),
+                arrays,
+                timeout,
+                f"calling `{name}`",
             )
         except core.ProcessTimedOut as failure:
             self.dead_reason = str(failure)

@@ -166,11 +166,16 @@ def drop_capabilities() -> None:
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
-PROBE = """
+#: a probe that starts this Python, imports the course package and mounts one small folder
+PROBE_TIMEOUT = 60.0
+#: the probes' private folder: small, since it only shows that a size and a count can be bounded
+PROBE_FOLDER_BYTES, PROBE_FOLDER_FILES = 1 << 20, 64
+
+PROBE = f"""
 import os, sys
 from normlab.grader.isolation import workspace
 folder = sys.argv[1]
-workspace.make_private(folder, 1 << 20, 64, (os.getuid(), os.getgid()))
+workspace.make_private(folder, {PROBE_FOLDER_BYTES}, {PROBE_FOLDER_FILES}, (os.getuid(), os.getgid()))
 open(os.path.join(folder, "x"), "w").write("x")
 try:
     open(os.path.join(os.path.dirname(folder), "y"), "w")
@@ -179,11 +184,11 @@ except OSError:
 sys.exit(1)
 """
 
-NAMESPACES_PROBE = """
+NAMESPACES_PROBE = f"""
 import os, sys
 from normlab.grader.isolation import workspace
 folder = sys.argv[1]
-workspace.make_private(folder, 1 << 20, 64, (os.getuid(), os.getgid()))
+workspace.make_private(folder, {PROBE_FOLDER_BYTES}, {PROBE_FOLDER_FILES}, (os.getuid(), os.getgid()))
 workspace.enter_pid_and_ipc_namespaces()
 pid = os.fork()
 if pid == 0:
@@ -210,7 +215,7 @@ def namespaces_available() -> bool:
             probe = subprocess.run(
                 [sys.executable, "-I", "-c", NAMESPACES_PROBE, folder],
                 capture_output=True,
-                timeout=60,
+                timeout=PROBE_TIMEOUT,
             )
         except (OSError, subprocess.SubprocessError):
             return False
@@ -227,7 +232,9 @@ def available() -> bool:
         os.mkdir(folder)
         try:
             probe = subprocess.run(
-                [sys.executable, "-I", "-c", PROBE, folder], capture_output=True, timeout=60
+                [sys.executable, "-I", "-c", PROBE, folder],
+                capture_output=True,
+                timeout=PROBE_TIMEOUT,
             )
         except (OSError, subprocess.SubprocessError):
             return False
