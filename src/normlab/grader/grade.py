@@ -227,6 +227,128 @@ def _failed(shown, who: Identity, lab, error, isolation="", findings=()) -> Subm
     )
 
 
+@dataclasses.dataclass
+class Grading:
+    """One submission on its way through the stages of ``grade_bytes``: what each has found.
+
+    A stage that ends the grading (a file that is not a notebook, the wrong lab) sets
+    ``stopped``, with ``error`` saying why and ``meant_for`` the lab the result names.
+    """
+
+    raw: bytes
+    path: Path
+    who: Identity
+    settings: Settings
+    isolation: Isolation
+    fork_server: object = None
+    reaper: Reaper | None = None
+    meant_for: str | None = None  # a lab's stem, or None
+    cells: list[str] = dataclasses.field(default_factory=list)
+    metadata: dict = dataclasses.field(default_factory=dict)
+    lab: core.Lab | None = None
+    findings: list[str] = dataclasses.field(default_factory=list)
+    results: list[core.CheckResult] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    stopped: bool = False
+    cacheable: bool = True
+
+    def stop(self, error: str, meant_for: str | None) -> None:
+        self.stopped, self.error, self.meant_for = True, error, meant_for
+
+    def result(self) -> SubmissionResult:
+        if self.stopped:
+            return _failed(
+                str(self.path), self.who, self.meant_for, self.error, self.isolation.description
+            )
+        result = SubmissionResult(
+            str(self.path),
+            self.lab.stem,
+            sum(r.points for r in self.results),
+            self.lab.max_score,
+            self.error,
+            self.results,
+            self.who.student,
+            self.findings,
+            self.isolation.description,
+            self.metadata.get("normlab", {}).get("lang"),
+            self.who.name,
+        )
+        return dataclasses.replace(result, cacheable=self.cacheable)
+
+
+def parse(grading: Grading) -> None:
+    """The notebook's code cells and metadata, from its bytes (read once, by the caller)."""
+    try:
+        grading.cells, grading.metadata = parse_notebook(grading.raw, grading.settings.limits)
+    except ValueError as error:
+        # the file name (or the assignment) may still say which lab it was meant for
+        grading.stop(str(error), grading.who.lab)
+
+
+def choose_lab(grading: Grading) -> None:
+    """The lab it is graded as: the assignment's, the metadata's or the file name's."""
+    declared = grading.metadata.get("normlab", {}).get("lab")
+    stem, wrong = identity.lab_to_grade(grading.who, declared)
+    if wrong is not None:
+        grading.stop(wrong, stem)
+    else:
+        grading.lab = all_labs()[stem]
+
+
+def scan(grading: Grading) -> None:
+    """What the notebook's source shows, for the instructor: library norms reached indirectly."""
+    lab = grading.lab
+    forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
+    grading.findings = trap.notebook_findings(grading.cells, forbidden_names)
+
+
+def run(grading: Grading) -> None:
+    """The lab's checks against the notebook's process; then whose fault a failure is."""
+    lab, limits = grading.lab, grading.settings.limits
+    with ChildSubmission(
+        grading.cells,
+        limits,
+        grading.isolation,
+        grading.fork_server,
+        grading.reaper,
+        torch=lab.torch,
+        call_timeouts=lab.call_timeouts,
+    ) as submission:
+        grading.results = core.run_checks(lab, submission)
+        grading.error = attribute(grading, submission)
+        grading.cacheable = not submission.killed_from_outside
+
+
+def attribute(grading: Grading, submission: ChildSubmission) -> str | None:
+    """The submission's error: the grader's own, the process's death, or the learner's cells."""
+    internal = [r for r in grading.results if r.internal]
+    if internal:
+        return internal[0].message
+    if submission.dead_reason:
+        error = submission.dead_reason
+        tail = submission.output_tail()
+        if tail:
+            error += f"\nlast output: {tail[-grading.settings.limits.shown_output_chars :]}"
+        return error
+    # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook; a cell
+    # stopped by PyTorch, hidden from a NumPy lab, is a comparison of the learner's own, skipped
+    # while grading (``isolation.hidden``). A cell that called a function which ran out of time
+    # in an earlier cell: that cell's timeout is the one reported.
+    skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
+    if submission.hide_torch:
+        skipped.add(hidden.ERROR_TYPE)
+    errors = [e for e in submission.cell_errors if e.error_type not in skipped]
+    if errors:
+        return attribution.learner_cells_message(
+            errors, grading.cells, grading.lab, grading.results
+        )
+    return None
+
+
+#: What grading one notebook is, in order; each stage may stop it (``Grading.stopped``).
+STAGES = (parse, choose_lab, scan, run)
+
+
 def grade_bytes(
     raw: bytes,
     path: Path,
@@ -237,68 +359,13 @@ def grade_bytes(
     reaper: Reaper | None = None,
 ) -> SubmissionResult:
     """Grade the notebook whose bytes are ``raw`` (read once by the caller) as ``who``."""
-    shown = str(path)
     who = who if who is not None else identity.identify(path)
-    limits = settings.limits
-    try:
-        cells, metadata = parse_notebook(raw, limits)
-    except ValueError as error:
-        # the file name (or the assignment) may still say which lab it was meant for
-        return _failed(shown, who, who.lab, str(error), isolation.description)
-    stem, wrong = identity.lab_to_grade(who, metadata.get("normlab", {}).get("lab"))
-    if wrong is not None:
-        return _failed(shown, who, stem, wrong, isolation.description)
-    lab = all_labs()[stem]
-    forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
-    findings = trap.notebook_findings(cells, forbidden_names)
-    if isinstance(fork_server, ForkServers):
-        fork_server = fork_server.for_lab(lab.torch)
-    with ChildSubmission(
-        cells,
-        limits,
-        isolation,
-        fork_server,
-        reaper,
-        torch=lab.torch,
-        call_timeouts=lab.call_timeouts,
-    ) as submission:
-        results = core.run_checks(lab, submission)
-        error = None
-        internal = [r for r in results if r.internal]
-        if internal:
-            error = internal[0].message
-        elif submission.dead_reason:
-            error = submission.dead_reason
-            tail = submission.output_tail()
-            if tail:
-                error += f"\nlast output: {tail[-limits.shown_output_chars :]}"
-        else:
-            # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook;
-            # a cell stopped by PyTorch, hidden from a NumPy lab, is a comparison of the
-            # learner's own, skipped while grading (``isolation.hidden``).
-            # A cell that called a function which ran out of time in an earlier cell: that
-            # cell's timeout is the one reported.
-            skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
-            if submission.hide_torch:
-                skipped.add(hidden.ERROR_TYPE)
-            errors = [e for e in submission.cell_errors if e.error_type not in skipped]
-            if errors:
-                error = attribution.learner_cells_message(errors, cells, lab, results)
-    score = sum(r.points for r in results)
-    result = SubmissionResult(
-        shown,
-        lab.stem,
-        score,
-        lab.max_score,
-        error,
-        results,
-        who.student,
-        findings,
-        isolation.description,
-        metadata.get("normlab", {}).get("lang"),
-        who.name,
-    )
-    return dataclasses.replace(result, cacheable=not submission.killed_from_outside)
+    grading = Grading(raw, path, who, settings, isolation, fork_server, reaper)
+    for stage in STAGES:
+        stage(grading)
+        if grading.stopped:
+            break
+    return grading.result()
 
 
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:

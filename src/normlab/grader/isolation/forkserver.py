@@ -158,9 +158,7 @@ class ForkServer:
     already loaded (which can crash the process).
     """
 
-    def __init__(
-        self, environment: dict, reaper: processes.Reaper, wait: float, torch: bool = True
-    ):
+    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float, torch: bool):
         self.torch = torch
         self.environment = environment
         self.reaper, self.wait = reaper, wait

@@ -32,7 +32,15 @@ import tempfile
 import time
 
 from normlab.grader import core
-from normlab.grader.isolation import cgroup, files, hidden, processes, wire, workspace
+from normlab.grader.isolation import (
+    cgroup,
+    files,
+    forkserver,
+    hidden,
+    processes,
+    wire,
+    workspace,
+)
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 NOBODY = 65534
@@ -388,10 +396,11 @@ class ChildSubmission(core.Submission):
         cells: the notebook's code cells, in order.
         limits: every limit (``Limits``).
         isolation: sandbox or processes, and the user to run as.
-        fork_server: a ``forkserver.ForkServer`` (processes mode only), or None.
+        fork_server: a ``forkserver.ForkServer`` (processes mode only), the ``ForkServers`` of
+            a run (the one for this kind of lab is used), or None.
         reaper: the grader's ``processes.Reaper`` (kills orphans adopted by the grader).
-        torch: whether the lab's graded code may use PyTorch (``Lab.torch``); when not, the
-            sandbox hides it (processes mode cannot: see ``docs/grading.md``).
+        torch: whether the lab's graded code may use PyTorch (``Lab.torch``, and its default);
+            when not, the sandbox hides it (processes mode cannot: see ``docs/grading.md``).
         call_timeouts: learner name -> wall seconds for one call, where the lab allows more
             than ``limits.call_timeout`` (``Lab.call_timeouts``).
     """
@@ -403,7 +412,7 @@ class ChildSubmission(core.Submission):
         isolation: Isolation,
         fork_server=None,
         reaper: processes.Reaper | None = None,
-        torch: bool = True,
+        torch: bool = core.Lab.torch,
         call_timeouts: dict[str, float] | None = None,
     ):
         self.cells = cells
@@ -414,6 +423,8 @@ class ChildSubmission(core.Submission):
         self.hide_torch = not torch
         self.limits = limits
         self.isolation = isolation
+        if isinstance(fork_server, forkserver.ForkServers):
+            fork_server = fork_server.for_lab(torch)
         self.fork_server = fork_server if not isolation.sandbox else None
         self.reaper = reaper or processes.Reaper()
         self.deadline: float | None = None  # starts when the submission first has a process
