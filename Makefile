@@ -13,6 +13,8 @@ LAB_SETTINGS := $(CURDIR)/jupyterlab-settings
 # PyPI's Linux torch wheels bundle CUDA (several GB). Install the CPU build first from
 # PyTorch's CPU index; pip then finds torch already satisfied when it installs the course.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# The torch requirement, as pyproject.toml (its one owner) states it.
+TORCH_REQUIREMENT := $(shell sed -n 's/^ *"\(torch[<>=!~][^"]*\)",.*/\1/p' pyproject.toml)
 # Open a browser only where there is a screen to show it on.
 BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
@@ -34,8 +36,8 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "normlab needs Python >= 3.10; set PYTHON=python3.x")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c 'import torch' 2>/dev/null || \
-	  $(PY) -m pip install --retries 1 --timeout 20 'torch>=2.4' --index-url $(TORCH_INDEX) || \
-	  { echo "CPU index unreachable; installing torch from the default index"; $(PY) -m pip install 'torch>=2.4'; }
+	  $(PY) -m pip install --retries 1 --timeout 20 '$(TORCH_REQUIREMENT)' --index-url $(TORCH_INDEX) || \
+	  { echo "CPU index unreachable; installing torch from the default index"; $(PY) -m pip install '$(TORCH_REQUIREMENT)'; }
 	$(PY) -m pip install -e .
 	@touch $@
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, grade_json
 
+from normlab import chapter_files
 from normlab.grader.attribution import LEARNER_CODE, called_names, learner_cells_message
 from normlab.grader.core import CheckResult
 from normlab.grader.grade import find_submissions, grade_all
@@ -31,7 +32,7 @@ from normlab.grader.report import (
     to_table,
 )
 
-SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = chapter_files(ROOT / "solutions", ".ipynb")
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)

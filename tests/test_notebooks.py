@@ -18,7 +18,9 @@ from conftest import HANG_GUARD_S, ROOT
 from nbclient import NotebookClient
 from nbclient.util import run_sync
 
-LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+from normlab import chapter_files
+
+LABS = chapter_files(ROOT / "labs", ".ipynb")
 
 # Before each lab: its own empty namespace, and no figure of the lab before.
 FRESH_NAMESPACE = (

@@ -16,6 +16,8 @@ import nbformat
 import pytest
 from conftest import HANG_GUARD_S, ROOT
 
+from normlab import chapter_files
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -86,7 +88,7 @@ def test_make_lab_serves_the_start_page():
 def test_start_page_links_every_chapter_and_lab():
     start = nbformat.read(ROOT / "START_HERE.ipynb", as_version=4)
     text = "\n".join(cell.source for cell in start.cells)
-    for chapter in sorted((ROOT / "theory").glob("[0-9][0-9]_*.md")):
+    for chapter in chapter_files(ROOT / "theory", ".md"):
         assert f"](theory/{chapter.name})" in text
         assert f"](work/{chapter.stem}.ipynb)" in text
     for target in re.findall(r"\]\(([^)#]+)\)", text):

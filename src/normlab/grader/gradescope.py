@@ -21,7 +21,9 @@ notebook's process never sees them (not in the sandbox's view; outside it, not r
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,14 +38,25 @@ VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 MAX_NOTEBOOKS = 5
 #: the folder of the bundle that only root may read: the hidden checks and the bundle's settings
 HIDDEN = "hidden"
-#: PyTorch, from its CPU-only index (the CUDA build is several GB the grader never uses)
-TORCH = "torch>=2.4"
-#: what the grader and the labs' graded code import besides PyTorch and the standard library,
-#: as pyproject.toml pins them (tests/test_lms.py keeps the two equal); the course's developer
-#: environment (JupyterLab, Sphinx, pytest, Matplotlib, ...) is not needed to grade
-REQUIREMENTS = ("numpy>=1.24",)
+
+
+def pinned(name: str) -> str:
+    """``name``'s requirement as pyproject.toml (its one owner) states it, e.g. ``"torch>=2.4"``,
+    read from the installed course's metadata (when a bundle is written: the bundle's own
+    grader runs without that metadata)."""
+    for requirement in importlib.metadata.requires("normlab") or ():
+        if re.match(rf"{re.escape(name)}\s*[<>=!~]", requirement):
+            return requirement.split(";")[0].strip()
+    raise LookupError(f"pyproject.toml does not require {name}")
+
+
+#: what the grader and the labs' graded code import besides PyTorch (installed from its
+#: CPU-only index: the CUDA build is several GB the grader never uses) and the standard
+#: library; the course's developer environment (JupyterLab, Sphinx, pytest, Matplotlib, ...)
+#: is not needed to grade. Each is installed as pyproject.toml requires it (``pinned``).
+DISTRIBUTIONS = ("numpy",)
 #: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba)
-LAB_REQUIREMENTS = {"07_cost": ("numba>=0.60",)}
+LAB_DISTRIBUTIONS = {"07_cost": ("numba",)}
 
 
 class BundleError(Exception):
@@ -355,7 +368,7 @@ def write_bundle(
     package = Path(normlab.__file__).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
     (out / "setup.sh").write_text(
-        SETUP.replace("__TORCH__", TORCH).replace("__HIDDEN__", HIDDEN), encoding="utf-8"
+        SETUP.replace("__TORCH__", pinned("torch")).replace("__HIDDEN__", HIDDEN), encoding="utf-8"
     )
     run = RUN.replace("__LAB__", lab).replace("__HIDDEN__", HIDDEN)
     run = run.replace("__MAX__", str(MAX_NOTEBOOKS))
@@ -363,7 +376,7 @@ def write_bundle(
     (out / "run_autograder").write_text(run, encoding="utf-8")
     for name in ("setup.sh", "run_autograder"):
         (out / name).chmod(0o755)
-    requirements = [*REQUIREMENTS, *LAB_REQUIREMENTS.get(lab, ())]
+    requirements = [pinned(name) for name in (*DISTRIBUTIONS, *LAB_DISTRIBUTIONS.get(lab, ()))]
     (out / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
     source = out / "normlab"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
