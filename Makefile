@@ -55,10 +55,8 @@ lab: $(VENV)/.installed
 # one kernel and a test file's fixtures are built once. Files are handed out longest first
 # (tests/conftest.py, LONGEST_FIRST), so that the run does not end on one long file alone.
 # One worker more than the machine has cores (at most 8): many tests wait on a process they
-# started (a grader, a browser, a server), and the extra worker computes meanwhile. On 2 idle
-# cores, pytest with 2 workers took 7 min 20 s, with 3 about 6 min, when the suite was 1.2
-# times the CPU time it is now (3 workers since: 5 min 7 s to 5 min 41 s, 4 runs). A 4th worker
-# only adds CPU time (one run each, with a CPU probe loaded: 8 min 40 s, against 7 min 4 s).
+# started (a grader, a browser, a server), and the extra worker computes meanwhile; a second
+# extra worker only adds CPU time.
 TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 8))')
 test: $(VENV)/.installed $(VENV)/.site-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
