@@ -200,31 +200,9 @@ sys.exit(0 if status == 0 else 1)
 """
 
 
-@functools.cache
-def namespaces_available() -> bool:
-    """True when a child can also have PID and IPC namespaces of its own, with its own /proc
-    (tried once, after the private folder that it needs)."""
-    import tempfile
-
-    if not available():
-        return False
-    with tempfile.TemporaryDirectory(prefix="normlab-probe-") as base:
-        folder = os.path.join(base, "work")
-        os.mkdir(folder)
-        try:
-            probe = subprocess.run(
-                [sys.executable, "-I", "-c", NAMESPACES_PROBE, folder],
-                capture_output=True,
-                timeout=PROBE_TIMEOUT,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return False
-        return probe.returncode == 0
-
-
-@functools.cache
-def available() -> bool:
-    """True when a child can have a private, size-limited folder here (tried once)."""
+def _probe(code: str) -> bool:
+    """Run ``code`` in a new interpreter on a fresh folder: True when it exits 0 having left
+    that folder empty (what it wrote went to its own mount)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="normlab-probe-") as base:
@@ -232,10 +210,23 @@ def available() -> bool:
         os.mkdir(folder)
         try:
             probe = subprocess.run(
-                [sys.executable, "-I", "-c", PROBE, folder],
+                [sys.executable, "-I", "-c", code, folder],
                 capture_output=True,
                 timeout=PROBE_TIMEOUT,
             )
         except (OSError, subprocess.SubprocessError):
             return False
         return probe.returncode == 0 and not os.listdir(folder)
+
+
+@functools.cache
+def namespaces_available() -> bool:
+    """True when a child can also have PID and IPC namespaces of its own, with its own /proc
+    (tried once, after the private folder that it needs)."""
+    return available() and _probe(NAMESPACES_PROBE)
+
+
+@functools.cache
+def available() -> bool:
+    """True when a child can have a private, size-limited folder here (tried once)."""
+    return _probe(PROBE)
