@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -408,3 +409,59 @@ def test_a_cache_line_cut_short_costs_that_result_alone(tmp_path):
         False,
         True,
     ]
+
+
+def _nobody_runs(command: list[str]) -> bool:
+    done = subprocess.run(
+        command, user=65534, group=65534, extra_groups=[], capture_output=True, cwd="/"
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root only: learner code then runs as nobody")
+def test_the_nobody_probe_imports_what_the_child_imports_as_the_child_does():
+    """An interpreter copied outside a 0700 /root whose standard library stays inside it: run
+    as nobody from the start, it finds the system's standard library instead and imports
+    everything; the child, which starts as root and drops to nobody, then fails importing
+    ``dataclasses`` from the library it started with. The probe starts and drops as the child
+    does, so it says nobody cannot run that child (and the grader refuses, or runs as root
+    with --allow-root)."""
+    import shutil
+    import sysconfig
+    import tempfile
+    import venv
+
+    from normlab.grader.isolation import sandbox, worker
+
+    if _nobody_runs(["test", "-r", os.path.join(sysconfig.get_paths()["stdlib"], "os.py")]):
+        pytest.skip("nobody can read this Python's standard library: no such situation here")
+    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="normlab-copied-python-"))
+    try:
+        folder.chmod(0o755)
+        venv.create(folder, symlinks=False, with_pip=False)
+        python = str(folder / "bin" / "python")
+        site = subprocess.run(
+            [python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        ours = [sysconfig.get_paths()["purelib"], str(Path(sandbox.__file__).parents[3])]
+        Path(site, "course.pth").write_text("\n".join(ours) + "\n")
+        started_as_nobody = [python, "-I", "-c", "import " + ", ".join(worker.CHILD_IMPORTS)]
+        if not _nobody_runs(started_as_nobody):
+            pytest.skip("nobody cannot start that interpreter at all: no such situation here")
+        assert sandbox.unprivileged_ids(False, python) is None
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_the_nobody_probe_drops_inside_and_then_imports_the_childs_modules():
+    from normlab.grader.isolation import sandbox, worker
+
+    command = sandbox.nobody_probe((65534, 65533), "/some/python")
+    assert command[:3] == ["/some/python", "-I", "-c"]
+    drop, _, imports = command[3].rpartition("os.setuid(65534); ")
+    assert "os.setgid(65533)" in drop
+    assert imports == "import " + ", ".join(worker.CHILD_IMPORTS)
+    assert {"normlab.grader.isolation.wire", *worker.PRELOAD} <= set(worker.CHILD_IMPORTS)

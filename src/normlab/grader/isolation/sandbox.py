@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from normlab.grader import core
+from normlab.grader import attribution, core
 from normlab.grader.isolation import (
     cgroup,
     files,
@@ -39,6 +39,7 @@ from normlab.grader.isolation import (
     hidden,
     processes,
     wire,
+    worker,
     workspace,
 )
 from normlab.grader.isolation.limits import DEFAULT, Limits
@@ -273,20 +274,22 @@ def bwrap_available() -> bool:
     return probe.returncode == 0
 
 
-def _drop_to(ids):
-    def become():
-        os.setgroups([])
-        os.setgid(ids[1])
-        os.setuid(ids[0])
-
-    return become
+def nobody_probe(ids: tuple[int, int], python: str = sys.executable) -> list[str]:
+    """The command that shows whether a child run as ``ids`` works: ``python`` starts as the
+    grader's user and drops to ``ids`` inside, as the worker does, then imports what the
+    child imports after the drop (``worker.CHILD_IMPORTS``). Starting as ``ids`` instead would
+    try another installation: an interpreter outside a 0700 /root whose standard library is
+    inside it finds the system's, so the probe ran where the child then failed importing
+    ``dataclasses``."""
+    drop = f"import os; os.setgroups([]); os.setgid({ids[1]}); os.setuid({ids[0]}); "
+    return [python, "-I", "-c", drop + "import " + ", ".join(worker.CHILD_IMPORTS)]
 
 
 @functools.cache
-def unprivileged_ids(sandbox: bool) -> tuple[int, int] | None:
-    """As root: (uid, gid) of ``nobody`` when that user can run this Python (tried once, in the
-    mode asked for), else None. Under bubblewrap the interpreter is bound into an empty root,
-    so an interpreter installed under /root works too."""
+def unprivileged_ids(sandbox: bool, python: str = sys.executable) -> tuple[int, int] | None:
+    """As root: (uid, gid) of ``nobody`` when that user can run ``python``'s child (tried once,
+    in the mode asked for), else None. Under bubblewrap the interpreter is bound into an empty
+    root, so an interpreter installed under /root works too."""
     if os.geteuid() != 0:
         return None
     try:
@@ -296,16 +299,16 @@ def unprivileged_ids(sandbox: bool) -> tuple[int, int] | None:
         ids = entry.pw_uid, entry.pw_gid
     except (ImportError, KeyError):
         ids = NOBODY, NOBODY
-    code = "import numpy, normlab.grader.isolation.worker"
-    command = [sys.executable, "-I", "-c", code]
-    become = _drop_to(ids)
-    if sandbox:  # bwrap starts as root; the drop happens inside, as the worker does it
-        drop = f"import os; os.setgroups([]); os.setgid({ids[1]}); os.setuid({ids[0]}); "
-        command = [*bwrap_command(), sys.executable, "-I", "-c", drop + code]
-        become = None
+    command = nobody_probe(ids, python)
+    if sandbox:  # bwrap starts as root; the drop happens inside, as in the worker
+        command = [*bwrap_command(), *command]
     try:
         probe = subprocess.run(
-            command, preexec_fn=become, capture_output=True, timeout=PROBE_TIMEOUT, cwd="/"
+            command,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            cwd="/",
+            env=child_environment("/"),
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -757,9 +760,9 @@ class ChildSubmission(core.Submission):
                 f"`{name}` is not defined in the notebook (did its cell run without errors?)"
             )
         if name in self.hung:
+            where = attribution.cell_label(self.cells, self.hung[name])
             raise core.RaisedError(
-                f"`{name}` did not finish in time when code cell {self.hung[name] + 1} called "
-                "it; not run again",
+                f"`{name}` did not finish in time when {where} called it; not run again",
                 "Timeout",
             )
         if name in self.timed_out:

@@ -32,6 +32,15 @@ PRELOAD = ("numpy", "torch")
 # The fork server imports Matplotlib too, once for every child it forks. A fresh interpreter (the
 # sandbox's, or a single notebook's) does not: no lab plots, and it would cost 0.7 s of CPU each.
 SERVER_PRELOAD = (*PRELOAD, "matplotlib.pyplot")
+# What a child imports after it has dropped to its user (``drop_privileges``): the modules
+# ``serve`` imports, then what it preloads. The grader's start-up probe imports the same, as
+# that user, to know that the child will find them (``sandbox.nobody_probe``).
+CHILD_IMPORTS = (
+    "normlab.grader.isolation.worker",
+    "normlab.grader.isolation.wire",
+    "normlab.grader.isolation.limits",
+    *PRELOAD,
+)
 # What a request from the grader may hold. Not ``Limits`` of the submission: the grader is
 # trusted, and these only keep a broken pipe from asking for unbounded memory. A request's
 # header carries the notebook's cells (at most ``Limits.max_notebook_bytes``, 16 MB).
