@@ -461,7 +461,8 @@ def test_the_nobody_probe_drops_inside_and_then_imports_the_childs_modules():
 
     command = sandbox.nobody_probe((65534, 65533), "/some/python")
     assert command[:3] == ["/some/python", "-I", "-c"]
-    drop, _, imports = command[3].rpartition("os.setuid(65534); ")
-    assert "os.setgid(65533)" in drop
-    assert imports == "import " + ", ".join(worker.CHILD_IMPORTS)
-    assert {"normlab.grader.isolation.wire", *worker.PRELOAD} <= set(worker.CHILD_IMPORTS)
+    lines = command[3].strip().splitlines()
+    assert lines[1:4] == ["os.setgroups([])", "os.setgid(65533)", "os.setuid(65534)"]
+    assert lines[-1] == "import " + ", ".join(worker.PROBE_IMPORTS)  # after the drop
+    assert {"normlab.grader.isolation.wire", "numpy"} <= set(worker.PROBE_IMPORTS)
+    assert set(worker.CHILD_IMPORTS) - set(worker.PROBE_IMPORTS) == {"torch"}

@@ -274,15 +274,29 @@ def bwrap_available() -> bool:
     return probe.returncode == 0
 
 
+NOBODY_PROBE = """
+import os, sys
+os.setgroups([])
+os.setgid({gid})
+os.setuid({uid})
+for entry in sys.path:
+    try:
+        os.listdir(entry)  # a folder this user cannot read raises PermissionError: exit 1
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # not there, or a zip file: the same for every user
+import {imports}
+"""
+
+
 def nobody_probe(ids: tuple[int, int], python: str = sys.executable) -> list[str]:
     """The command that shows whether a child run as ``ids`` works: ``python`` starts as the
-    grader's user and drops to ``ids`` inside, as the worker does, then imports what the
-    child imports after the drop (``worker.CHILD_IMPORTS``). Starting as ``ids`` instead would
-    try another installation: an interpreter outside a 0700 /root whose standard library is
-    inside it finds the system's, so the probe ran where the child then failed importing
-    ``dataclasses``."""
-    drop = f"import os; os.setgroups([]); os.setgid({ids[1]}); os.setuid({ids[0]}); "
-    return [python, "-I", "-c", drop + "import " + ", ".join(worker.CHILD_IMPORTS)]
+    grader's user and drops to ``ids`` inside, as the worker does, then lists every folder of
+    its ``sys.path`` and imports what the child imports after the drop
+    (``worker.PROBE_IMPORTS``). Starting as ``ids`` instead would try another installation:
+    an interpreter outside a 0700 /root whose standard library is inside it finds the
+    system's, so the probe ran where the child then failed importing ``dataclasses``."""
+    code = NOBODY_PROBE.format(uid=ids[0], gid=ids[1], imports=", ".join(worker.PROBE_IMPORTS))
+    return [python, "-I", "-c", code]
 
 
 @functools.cache
