@@ -13,6 +13,8 @@ LAB_SETTINGS := $(CURDIR)/jupyterlab-settings
 # PyPI's Linux torch wheels bundle CUDA (several GB). Install the CPU build first from
 # PyTorch's CPU index; pip then finds torch already satisfied when it installs the course.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# The torch requirement, as pyproject.toml (its one owner) states it.
+TORCH_REQUIREMENT := $(shell sed -n 's/^ *"\(torch[<>=!~][^"]*\)",.*/\1/p' pyproject.toml)
 # Open a browser only where there is a screen to show it on.
 BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
@@ -34,8 +36,8 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "normlab needs Python >= 3.10; set PYTHON=python3.x")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c 'import torch' 2>/dev/null || \
-	  $(PY) -m pip install --retries 1 --timeout 20 'torch>=2.4' --index-url $(TORCH_INDEX) || \
-	  { echo "CPU index unreachable; installing torch from the default index"; $(PY) -m pip install 'torch>=2.4'; }
+	  $(PY) -m pip install --retries 1 --timeout 20 '$(TORCH_REQUIREMENT)' --index-url $(TORCH_INDEX) || \
+	  { echo "CPU index unreachable; installing torch from the default index"; $(PY) -m pip install '$(TORCH_REQUIREMENT)'; }
 	$(PY) -m pip install -e .
 	@touch $@
 
@@ -53,10 +55,8 @@ lab: $(VENV)/.installed
 # one kernel and a test file's fixtures are built once. Files are handed out longest first
 # (tests/conftest.py, LONGEST_FIRST), so that the run does not end on one long file alone.
 # One worker more than the machine has cores (at most 8): many tests wait on a process they
-# started (a grader, a browser, a server), and the extra worker computes meanwhile. On 2 idle
-# cores, pytest with 2 workers took 7 min 20 s, with 3 about 6 min, when the suite was 1.2
-# times the CPU time it is now (3 workers since: 5 min 7 s to 5 min 41 s, 4 runs). A 4th worker
-# only adds CPU time (one run each, with a CPU probe loaded: 8 min 40 s, against 7 min 4 s).
+# started (a grader, a browser, a server), and the extra worker computes meanwhile; a second
+# extra worker only adds CPU time.
 TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 8))')
 test: $(VENV)/.installed $(VENV)/.site-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks

@@ -39,6 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grading_throughput  # noqa: E402
 
+from normlab import chapter_files  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("solutions", "notebooks", "labs")
 NOTEBOOK_BUDGET_S = 45
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         each, total = {}, {}
         for folder in args.folders:
             total[folder] = {"wall_s": 0.0, "cpu_s": 0.0}
-            for path in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+            for path in chapter_files(ROOT / folder, ".ipynb"):
                 print(f"running {folder}/{path.name} ...", file=sys.stderr, flush=True)
                 row = run_notebook(path)
                 each[f"{folder}/{path.stem}"] = row

@@ -29,10 +29,8 @@ from pathlib import Path
 # One thread per process, in this process and in every process the suite starts (kernels,
 # graders, `make`): `make test` already runs a worker per core, and a second thread in each
 # only spins beside the others. Set before NumPy and PyTorch load, so OpenBLAS and OpenMP read
-# it; a value already in the environment is kept. On 2 idle cores with 3 workers, one run
-# each with a per-test CPU probe loaded: the CPU time of the suite's processes 759 s -> 639 s,
-# pytest 8 min 14 s -> 7 min 4 s. The stored outputs hold either way (`make test` ran with each
-# library's default, two threads here, before).
+# it; a value already in the environment is kept. The stored outputs hold with any thread
+# count.
 for _variable in (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
@@ -57,8 +55,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 # Numba's OpenMP layer sets OpenMP's thread count for the whole process each time a parallel
 # kernel runs (lab 07's checks and mutants run some here), and PyTorch reads its count from
-# there: every later check in the process ran on two threads again. Once lab 07's tests had
-# run, the mutants of lab 02 took 53 s of CPU beside the other worker, 5 s alone.
+# there: without this, every check after lab 07's would run on two threads again.
 numba.set_num_threads(1)
 
 # A limit only for a hung process or kernel, far above any healthy run on a loaded machine.

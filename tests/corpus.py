@@ -290,12 +290,14 @@ def build(folder: Path, targets: dict[str, Path]) -> dict[str, tuple]:
         "forward_hangs": (
             _edit_forward(FORWARD_DEF, FORWARD_DEF + "\n    while True:\n        pass"),
             FULL - FORWARD,
-            "`layernorm_forward` did not finish in time when code cell 4 called it",
+            "`layernorm_forward` did not finish in time when the cell that starts "
+            "`y = layernorm_forward(np.array([[2.0, 4.0], [20.0, 40.0]]),…` called it",
         ),
         "backward_hangs": (
             _replace_function(BACKWARD_DEF, BACKWARD_DEF + "\n    while True:\n        pass"),
             FULL - BACKWARD,
-            "`layernorm_backward` did not finish in time when code cell 9 called it",
+            "`layernorm_backward` did not finish in time when the cell that starts "
+            "`rng = np.random.default_rng(2)` called it",
         ),
         "hang_in_a_cell_that_calls_no_graded_function": (
             _with_cells(after=["def spin():\n    while True:\n        pass\n\nspin()"]),

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from conftest import ROOT, grade_json
 
+from normlab import chapter_files
 from normlab.grader.attribution import LEARNER_CODE, called_names, learner_cells_message
 from normlab.grader.core import CheckResult
-from normlab.grader.grade import grade_notebook
+from normlab.grader.grade import find_submissions, grade_all
 from normlab.grader.isolation.sandbox import bwrap_available
 from normlab.grader.isolation.wire import CellError
 from normlab.grader.registry import get_lab
@@ -31,7 +32,7 @@ from normlab.grader.report import (
     to_table,
 )
 
-SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = chapter_files(ROOT / "solutions", ".ipynb")
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
@@ -58,9 +59,15 @@ def wrong_forward_lab(tmp_path):
     return path
 
 
+def grade_one(path: Path):
+    """The result of ``normlab grade PATH``, as an object."""
+    (result,) = grade_all(find_submissions([str(path)]))
+    return result
+
+
 @pytest.mark.isolation
 def test_a_wrong_forward_is_put_on_the_learner_and_on_the_right_function(tmp_path):
-    result = grade_notebook(wrong_forward_lab(tmp_path), student="alice")
+    result = grade_one(wrong_forward_lab(tmp_path))
     assert result.error.startswith(LEARNER_CODE), result.error
     assert "not in the grader" in result.error
     # The d2_xhat cell: it calls both functions, and the one whose checks fail is the forward.
@@ -78,7 +85,7 @@ def test_a_wrong_forward_is_put_on_the_learner_and_on_the_right_function(tmp_pat
 
 
 def test_table_prints_every_line_of_a_failed_check(tmp_path):
-    result = grade_notebook(wrong_forward_lab(tmp_path), student="alice")
+    result = grade_one(wrong_forward_lab(tmp_path))
     failed = [c for c in result.checks if not c.passed and len(c.message.splitlines()) > 1]
     assert failed, "expected a multi-line message (with its hint) for eps outside the root"
     table = to_table([result])

@@ -30,6 +30,7 @@ import nbformat
 import pytest
 from conftest import HANG_GUARD_S, ROOT, course_copy, fetch, free_port
 
+from normlab import chapter_files
 from normlab.repository import repository_url
 
 pytestmark = pytest.mark.slow
@@ -149,10 +150,10 @@ def test_chapters_open_rendered(binder):
 def test_every_link_of_the_start_pages_chapters_and_lab_copies_leads_to_a_file(binder):
     course = binder["course"]
     pages = [course / "START_HERE.md", course / "es" / "START_HERE.md"]
-    pages += sorted((course / "theory").glob("[0-9][0-9]_*.md"))
-    pages += sorted((course / "es" / "theory").glob("[0-9][0-9]_*.md"))
-    pages += sorted((course / "work").glob("[0-9][0-9]_*.ipynb"))
-    pages += sorted((course / "work" / "es").glob("[0-9][0-9]_*.ipynb"))
+    pages += chapter_files(course / "theory", ".md")
+    pages += chapter_files(course / "es" / "theory", ".md")
+    pages += chapter_files(course / "work", ".ipynb")
+    pages += chapter_files(course / "work" / "es", ".ipynb")
     your_labs, followed, broken = [], 0, []
     for page in pages:
         for target in relative_links(markdown_of(page)):
@@ -170,7 +171,7 @@ def test_every_link_of_the_start_pages_chapters_and_lab_copies_leads_to_a_file(b
                 your_labs.append(path)
                 assert record["type"] == "notebook", path
     assert not broken, "\n".join(broken)
-    labs = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+    labs = [p.name for p in chapter_files(ROOT / "labs", ".ipynb")]
     assert sorted(your_labs) == sorted(
         [f"work/{name}" for name in labs] + [f"work/es/{name}" for name in labs]
     )

@@ -9,13 +9,14 @@ import tomllib
 import yaml
 from conftest import ROOT
 
+from normlab import chapter_files
 from normlab.grader.registry import all_labs
 
 STEM = re.compile(r"^(\d\d_[a-z0-9_]+)$")
 
 
 def stems_in(folder: str, suffix: str) -> set[str]:
-    return {p.name[: -len(suffix)] for p in (ROOT / folder).glob(f"[0-9][0-9]_*{suffix}")}
+    return {p.name[: -len(suffix)] for p in chapter_files(ROOT / folder, suffix)}
 
 
 PARTS = {
@@ -222,10 +223,10 @@ def test_one_command_moves_the_course_to_another_address(tmp_path):
 
 
 LEARNER_PAGES = [
-    *sorted((ROOT / "theory").glob("[0-9][0-9]_*.md")),
-    *sorted((ROOT / "solutions").glob("[0-9][0-9]_*.md")),
-    *sorted((ROOT / "es" / "theory").glob("[0-9][0-9]_*.md")),
-    *sorted((ROOT / "es" / "solutions").glob("[0-9][0-9]_*.md")),
+    *chapter_files(ROOT / "theory", ".md"),
+    *chapter_files(ROOT / "solutions", ".md"),
+    *chapter_files(ROOT / "es" / "theory", ".md"),
+    *chapter_files(ROOT / "es" / "solutions", ".md"),
     ROOT / "docs" / "running.md",
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -240,21 +241,37 @@ def test_parallel_workers_do_not_crash_the_grader():
 
 
 def test_the_documented_limits_are_the_limits():
-    """docs/grading.md's limits table lists every field of the one Limits object, with its value."""
+    """docs/grading.md's limits table is the one generated from the fields of ``Limits``: one
+    row per field, with its help and its value (update: ``python -m
+    normlab.grader.isolation.limits --update docs/grading.md``)."""
     import dataclasses
     import re
 
-    from normlab.grader.isolation.limits import DEFAULT, Limits
+    from normlab.grader.isolation import limits
 
     text = (ROOT / "docs" / "grading.md").read_text()
+    assert limits.with_table(text) == text, "stale: run the update command in the docstring"
     rows = dict(re.findall(r"^\| `(\w+)` \|[^|]*\| ([^|]+?) \|$", text, flags=re.MULTILINE))
-    assert set(rows) == {field.name for field in dataclasses.fields(Limits)}
+    assert set(rows) == {field.name for field in dataclasses.fields(limits.Limits)}
     for name, shown in rows.items():
-        value = getattr(DEFAULT, name)
+        value = getattr(limits.DEFAULT, name)
         number, _, unit = shown.partition(" ")
         if unit == "MB" and name.endswith("_bytes"):
             value = value >> 20
         assert float(number) == value, (name, shown, value)
+
+
+def test_every_limit_has_a_unit_and_a_help():
+    import dataclasses
+    import re
+
+    from normlab.grader.isolation import limits
+
+    for field in dataclasses.fields(limits.Limits):
+        assert field.metadata["unit"] in limits.UNITS, field.name
+        assert len(field.metadata["help"]) > 10, field.name
+    assert "max_files=65536, max_notebook_bytes=16777216," in limits.option_help()
+    assert not re.search(r"\b(timeout|memory_mb)=", limits.option_help())  # options of their own
 
 
 def filled_lab(path: Path, stem: str) -> Path:
@@ -310,3 +327,142 @@ def test_an_assignment_grades_every_notebook_as_its_lab(tmp_path):
 
     code, _, stderr = grade(other, extra=["--lab", "03_layer"])
     assert code == 2 and "--lab must be one of 01_why_normalize" in stderr
+
+
+def _cache_entry(tmp_path: Path, index: int):
+    from normlab.grader import grade as grade_module
+    from normlab.grader.identity import identify
+    from normlab.grader.report import SubmissionResult
+
+    path = tmp_path / f"student{index:03d}" / "03_layernorm.ipynb"
+    entry = grade_module.Entry(path, identify(path, tmp_path))
+    result = SubmissionResult(
+        str(path),
+        "03_layernorm",
+        0,
+        FULL,
+        None,
+        [],
+        entry.student,
+        isolation="processes",
+        name=entry.identity.name,
+    )
+    return f"{index:064x}", result, entry
+
+
+def test_the_cache_writes_each_result_once(tmp_path, monkeypatch):
+    """A class of n costs the cache n lines written, not n rewrites of a growing file (which
+    wrote about n / 2 times the final file: 100 times for 200 results). Every byte written
+    through the operating system is counted, and every result reads back."""
+    import os
+
+    from normlab.grader import grade as grade_module
+
+    written = []
+    real_write = os.write
+
+    def counting_write(fd, data):
+        written.append(len(data))
+        return real_write(fd, data)
+
+    def counting_atomic(path, text):
+        written.append(len(text))
+        return write_atomically(path, text)
+
+    write_atomically = grade_module.write_atomically
+    monkeypatch.setattr(grade_module, "write_atomically", counting_atomic)
+    monkeypatch.setattr(grade_module.os, "write", counting_write)
+    path = tmp_path / "cache.json"
+    cache = grade_module.ResultCache(path, "fingerprint")
+    entries = [_cache_entry(tmp_path, index) for index in range(200)]
+    for digest, result, entry in entries:
+        cache.put(digest, result, entry)
+    monkeypatch.undo()
+    assert sum(written) <= 1.01 * path.stat().st_size, (sum(written), path.stat().st_size)
+    reread = grade_module.ResultCache(path, "fingerprint")
+    assert [reread.get(digest, entry) for digest, _, entry in entries] == [
+        result for _, result, _ in entries
+    ]
+    assert grade_module.ResultCache(path, "another grader").entries == {}
+
+
+def test_a_cache_line_cut_short_costs_that_result_alone(tmp_path):
+    """A run killed while it appended a result leaves half a line: the results before it are
+    reused, that one is graded again, and the next results are appended after it intact."""
+    from normlab.grader import grade as grade_module
+
+    path = tmp_path / "cache.json"
+    cache = grade_module.ResultCache(path, "fingerprint")
+    entries = [_cache_entry(tmp_path, index) for index in range(3)]
+    for digest, result, entry in entries[:2]:
+        cache.put(digest, result, entry)
+    path.write_bytes(path.read_bytes()[:-40])  # the second line, cut short
+    cache = grade_module.ResultCache(path, "fingerprint")
+    assert [cache.get(digest, entry) is not None for digest, _, entry in entries[:2]] == [
+        True,
+        False,
+    ]
+    cache.put(*entries[2])
+    again = grade_module.ResultCache(path, "fingerprint")
+    assert [again.get(digest, entry) is not None for digest, _, entry in entries] == [
+        True,
+        False,
+        True,
+    ]
+
+
+def _nobody_runs(command: list[str]) -> bool:
+    done = subprocess.run(
+        command, user=65534, group=65534, extra_groups=[], capture_output=True, cwd="/"
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root only: learner code then runs as nobody")
+def test_the_nobody_probe_imports_what_the_child_imports_as_the_child_does():
+    """An interpreter copied outside a 0700 /root whose standard library stays inside it: run
+    as nobody from the start, it finds the system's standard library instead and imports
+    everything; the child, which starts as root and drops to nobody, then fails importing
+    ``dataclasses`` from the library it started with. The probe starts and drops as the child
+    does, so it says nobody cannot run that child (and the grader refuses, or runs as root
+    with --allow-root)."""
+    import shutil
+    import sysconfig
+    import tempfile
+    import venv
+
+    from normlab.grader.isolation import sandbox, worker
+
+    if _nobody_runs(["test", "-r", os.path.join(sysconfig.get_paths()["stdlib"], "os.py")]):
+        pytest.skip("nobody can read this Python's standard library: no such situation here")
+    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="normlab-copied-python-"))
+    try:
+        folder.chmod(0o755)
+        venv.create(folder, symlinks=False, with_pip=False)
+        python = str(folder / "bin" / "python")
+        site = subprocess.run(
+            [python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        ours = [sysconfig.get_paths()["purelib"], str(Path(sandbox.__file__).parents[3])]
+        Path(site, "course.pth").write_text("\n".join(ours) + "\n")
+        started_as_nobody = [python, "-I", "-c", "import " + ", ".join(worker.CHILD_IMPORTS)]
+        if not _nobody_runs(started_as_nobody):
+            pytest.skip("nobody cannot start that interpreter at all: no such situation here")
+        assert sandbox.unprivileged_ids(False, python) is None
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_the_nobody_probe_drops_inside_and_then_imports_the_childs_modules():
+    from normlab.grader.isolation import sandbox, worker
+
+    command = sandbox.nobody_probe((65534, 65533), "/some/python")
+    assert command[:3] == ["/some/python", "-I", "-c"]
+    lines = command[3].strip().splitlines()
+    assert lines[1:4] == ["os.setgroups([])", "os.setgid(65533)", "os.setuid(65534)"]
+    assert lines[-1] == "import " + ", ".join(worker.PROBE_IMPORTS)  # after the drop
+    assert {"normlab.grader.isolation.wire", "numpy"} <= set(worker.PROBE_IMPORTS)
+    assert set(worker.CHILD_IMPORTS) - set(worker.PROBE_IMPORTS) == {"torch"}

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 from conftest import ROOT, run_cli_process
 
+from normlab import chapter_files
 from normlab.grader import gradescope
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
@@ -168,19 +169,16 @@ def test_the_grader_needs_only_the_bundles_requirements():
     """requirements.txt and pyproject.toml pin the same versions, and every module that a
     lab's notebook imports is in the standard library, the bundle's requirements or normlab."""
     pyproject = (ROOT / "pyproject.toml").read_text()
-    for requirement in [gradescope.TORCH, *gradescope.REQUIREMENTS]:
-        assert f'"{requirement}"' in pyproject
-    for requirements in gradescope.LAB_REQUIREMENTS.values():
-        for requirement in requirements:
-            assert f'"{requirement}"' in pyproject
-    for notebook in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+    names = ["torch", *gradescope.DISTRIBUTIONS]
+    names += [name for names in gradescope.LAB_DISTRIBUTIONS.values() for name in names]
+    for name in names:
+        assert f'"{gradescope.pinned(name)}"' in pyproject
+    for notebook in chapter_files(ROOT / "solutions", ".ipynb"):
         cells = nbformat.read(notebook, as_version=4).cells
         source = "\n".join(c.source for c in cells if c.cell_type == "code")
         imported = set(re.findall(r"^\s*(?:import|from)\s+(\w+)", source, re.M))
-        allowed = {"normlab", "torch"} | {
-            re.split(r"[<>=]", r)[0]
-            for r in [*gradescope.REQUIREMENTS, *gradescope.LAB_REQUIREMENTS.get(notebook.stem, ())]
-        }
+        allowed = {"normlab", "torch", *gradescope.DISTRIBUTIONS}
+        allowed |= set(gradescope.LAB_DISTRIBUTIONS.get(notebook.stem, ()))
         third_party = {m for m in imported if m not in sys.stdlib_module_names}
         assert third_party <= allowed, (notebook.stem, third_party - allowed)
 

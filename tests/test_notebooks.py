@@ -15,7 +15,9 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT, SharedKernel, check_reports
 
-LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+from normlab import chapter_files
+
+LABS = chapter_files(ROOT / "labs", ".ipynb")
 
 
 @pytest.fixture(scope="module")

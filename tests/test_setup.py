@@ -12,6 +12,8 @@ import threading
 import pytest
 from conftest import HANG_GUARD_S, ROOT, fetch, free_port
 
+from normlab import chapter_files
+
 
 def stop(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
@@ -60,7 +62,7 @@ def test_make_lab_serves_the_start_page():
 
 def test_start_page_links_every_chapter_and_lab():
     text = (ROOT / "START_HERE.md").read_text(encoding="utf-8")
-    for chapter in sorted((ROOT / "theory").glob("[0-9][0-9]_*.md")):
+    for chapter in chapter_files(ROOT / "theory", ".md"):
         assert f"](theory/{chapter.name})" in text
         assert f"](work/{chapter.stem}.ipynb)" in text
     for target in re.findall(r"\]\(([^)#]+)\)", text):

@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from conftest import ROOT, course_copy, with_spanish_edition
 
+from normlab import chapter_files
 from normlab.release import answer_regions
 
 pytestmark = [
@@ -31,7 +32,7 @@ pytestmark = [
 ]
 
 ARTIFACTS = ROOT / "_artifacts" / "screens"
-STEMS = sorted(p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md"))
+STEMS = [p.stem for p in chapter_files(ROOT / "theory", ".md")]
 
 
 class _Page(html.parser.HTMLParser):

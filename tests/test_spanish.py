@@ -36,7 +36,7 @@ from spanish_sample import (
     write_sample_edition,
 )
 
-from normlab import translation
+from normlab import chapter_files, translation
 from normlab.build import build_all, copy_missing_labs
 from normlab.grader.grade import parse_notebook
 from normlab.grader.registry import all_labs, lab_for_path
@@ -45,7 +45,7 @@ ES = ROOT / "es"
 SPANISH_MARKDOWN = translation.spanish_markdown(ROOT)
 STAMPED = translation.stamped_files(ROOT)
 CATALOGS = sorted((ES / "catalog").glob("*.json"))
-SPANISH_LABS = sorted((ES / "labs").glob("[0-9][0-9]_*.ipynb"))
+SPANISH_LABS = chapter_files(ES / "labs", ".ipynb")
 
 
 def rel(path):
@@ -282,7 +282,7 @@ def test_every_link_of_every_copy_leads_where_the_lab_leads(tmp_path):
     checked = 0
     pairs = [("labs", "work"), ("es/labs", "work/es")]
     for labs, work in pairs:
-        for source in sorted((tmp_path / labs).glob("[0-9][0-9]_*.ipynb")):
+        for source in chapter_files(tmp_path / labs, ".ipynb"):
             copy = tmp_path / work / source.name
             from_lab = [(source.parent / t).resolve() for t in markdown_links(source)]
             from_copy = [(copy.parent / t).resolve() for t in markdown_links(copy)]
@@ -334,7 +334,7 @@ def test_catalog_covers_every_markdown_cell_and_is_fresh(catalog):
 
 
 def test_claimed_chapters_are_complete_and_the_rest_are_listed():
-    stems = {p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md")}
+    stems = {p.stem for p in chapter_files(ROOT / "theory", ".md")}
     assert set(translation.SPANISH_CHAPTERS) <= stems, "SPANISH_CHAPTERS names unknown stems"
     missing = {stem: parts for stem, parts in translation.coverage(ROOT).items() if parts}
     claimed = {s: p for s, p in missing.items() if s in translation.SPANISH_CHAPTERS}

@@ -28,6 +28,7 @@ from conftest import (
     with_spanish_edition,
 )
 
+from normlab import chapter_files
 from normlab.build import copy_missing_labs
 
 
@@ -118,9 +119,9 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
     course = with_spanish_edition(course_copy(tmp_path / "course"))
     serve_and_stop(course)  # make lab: makes the learner's copies, then serves
     work = course / "work"
-    labs = sorted(p.name for p in (course / "labs").glob("[0-9][0-9]_*.ipynb"))
+    labs = [p.name for p in chapter_files(course / "labs", ".ipynb")]
     assert sorted(p.name for p in work.glob("*.ipynb")) == labs
-    spanish = sorted(p.name for p in (course / "es" / "labs").glob("[0-9][0-9]_*.ipynb"))
+    spanish = [p.name for p in chapter_files(course / "es" / "labs", ".ipynb")]
     assert spanish and sorted(p.name for p in (work / "es").glob("*.ipynb")) == spanish
     # Every copy holds the learner's work: two labs filled in, the others a note of theirs. That
     # every lab, filled, earns full marks is tested where it is graded (test_adversarial's

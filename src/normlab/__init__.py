@@ -8,10 +8,21 @@ A notebook imports what it needs from here::
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+#: the course's version (pyproject.toml reads it from here)
 __version__ = "0.1.0"
 
-__all__ = ["check", "set_language", "set_seed", "__version__"]
+__all__ = ["check", "set_language", "set_seed", "chapter_files", "__version__"]
+
+#: a chapter's files share a stem: two digits, an underscore, a name (``03_layernorm``)
+STEM_PATTERN = "[0-9][0-9]_*"
+
+
+def chapter_files(folder: str | Path, suffix: str) -> list[Path]:
+    """The course files of ``folder`` whose names are a chapter's stem + ``suffix``
+    (``chapter_files("solutions", ".ipynb")``: ``solutions/01_why_normalize.ipynb``, ...), sorted."""
+    return sorted(Path(folder).glob(STEM_PATTERN + suffix))
 
 
 def set_seed(seed: int = 0) -> None:

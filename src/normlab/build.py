@@ -31,6 +31,8 @@ from pathlib import Path
 
 import nbformat
 
+from normlab import chapter_files
+
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\s*$")
 END = re.compile(r"^[ \t]*### END SOLUTION\s*$")
 STUB_MESSAGE = "your code here: replace this line with your implementation"
@@ -175,7 +177,7 @@ def build_all(root: Path, check: bool = False, stems: list[str] | None = None) -
     """
     from normlab.translation import TranslationError
 
-    solutions = sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    solutions = chapter_files(root / "solutions", ".ipynb")
     catalogs = sorted((root / "es" / "catalog").glob("*.json"))
     orphan_catalogs = sorted({p.stem for p in catalogs} - {p.stem for p in solutions})
     if orphan_catalogs:
@@ -267,12 +269,12 @@ def copy_missing_labs(root: Path, work: str = "work", quiet: bool = False) -> in
     Returns a process exit status.
     """
     labs_dir, work_dir = root / "labs", root / work
-    if not sorted(labs_dir.glob("[0-9][0-9]_*.ipynb")):
+    if not chapter_files(labs_dir, ".ipynb"):
         print(f"normlab work: no labs in {labs_dir}", file=sys.stderr)
         return 2
     editions = [(labs_dir, work_dir, WORK_README, "labs", work)]
     spanish = root / "es" / "labs"
-    if sorted(spanish.glob("[0-9][0-9]_*.ipynb")):
+    if chapter_files(spanish, ".ipynb"):
         editions.append((spanish, work_dir / "es", WORK_README_ES, "es/labs", f"{work}/es"))
     for source, target_dir, readme, source_name, target_name in editions:
         _copy_edition(source, target_dir, readme, source_name, target_name, quiet)
@@ -324,7 +326,7 @@ def relink(text: str, source_dir: Path, target_dir: Path) -> str:
 
 
 def _copy_edition(labs_dir, work_dir, readme, labs_name, work_name, quiet) -> None:
-    labs = sorted(labs_dir.glob("[0-9][0-9]_*.ipynb"))
+    labs = chapter_files(labs_dir, ".ipynb")
     work_dir.mkdir(exist_ok=True)
     note = work_dir / "README.md"
     if not note.exists():

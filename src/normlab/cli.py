@@ -447,7 +447,9 @@ LANG = arg("--lang", choices=LANGUAGES, help=LANG_HELP)
 def limit_help() -> str:
     """The help of ``grade --limit``: the one place it is written (it may list ``Limits``'
     fields, which carry their own units and help)."""
-    return "set any limit of docs/grading.md's table (e.g. max_files=2000); repeatable"
+    from normlab.grader.isolation.limits import option_help
+
+    return option_help()
 
 
 GRADE_ARGUMENTS = (

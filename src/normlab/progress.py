@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from normlab import chapter_files
 from normlab.grader import i18n
 
 #: the folders of a learner's copies, with their language and the labs they are copies of
@@ -42,7 +43,7 @@ def copies(root: Path, work: str) -> dict[str, tuple[list[Path], list[Path]]]:
     for sub, lang, labs in EDITIONS:
         folder = root / work / sub if sub else root / work
         started, untouched = [], []
-        for copy in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+        for copy in chapter_files(folder, ".ipynb"):
             original = root / labs / copy.name
             same = original.is_file() and _code_cells(copy) == _code_cells(original)
             (untouched if same else started).append(copy)

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import nbformat
 
+from normlab import chapter_files
 from normlab.build import BEGIN, END
 from normlab.grader import keys
 
@@ -74,7 +75,7 @@ class ReleaseError(Exception):
 def answer_regions(root: Path) -> list[tuple[str, str]]:
     """Every marked answer region of the solution notebooks: (lab stem, dedented source)."""
     regions = []
-    for path in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")):
+    for path in chapter_files(root / "solutions", ".ipynb"):
         notebook = nbformat.read(path, as_version=4)
         for cell in notebook.cells:
             if cell.cell_type != "code":
@@ -278,7 +279,7 @@ def scrub_demo_cell(source: str, index: AnswerIndex) -> str:
 
 def _chapter_rows(chapters: Path, labs: str, demos: str, words: tuple[str, str]) -> list[str]:
     rows = []
-    for chapter in sorted(chapters.glob("[0-9][0-9]_*.md")):
+    for chapter in chapter_files(chapters, ".md"):
         title = chapter.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
         stem = chapter.stem
         rows.append(

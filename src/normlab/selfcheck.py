@@ -27,6 +27,7 @@ from pathlib import Path
 
 import nbformat
 
+from normlab import chapter_files
 from normlab.grader import i18n
 
 KERNEL_CELL = """\
@@ -67,7 +68,7 @@ def check_grading(root: Path, folder: str) -> tuple[str | None, int]:
     from normlab.grader.registry import all_labs
 
     labs = all_labs()
-    shipped = sorted((root / folder).glob("[0-9][0-9]_*.ipynb"))
+    shipped = chapter_files(root / folder, ".ipynb")
     missing = sorted(set(labs) - {p.stem for p in shipped})
     if missing:
         return i18n.text(

@@ -190,13 +190,9 @@ class CheckResult:
     internal: bool = dataclasses.field(default=False, compare=False)
 
     def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "points": self.points,
-            "max_points": self.max_points,
-            "passed": self.passed,
-            "message": self.message,
-        }
+        """The check's part of the JSON contract: every field but ``internal``, in order."""
+        fields = dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in fields if f.name != "internal"}
 
 
 @dataclasses.dataclass

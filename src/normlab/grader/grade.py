@@ -40,10 +40,6 @@ from normlab.grader.isolation.sandbox import (
 from normlab.grader.registry import all_labs
 from normlab.grader.report import SubmissionResult, write_atomically
 
-DEFAULT_TIMEOUT = DEFAULT.timeout
-DEFAULT_MEMORY_MB = DEFAULT.memory_mb
-MAX_NOTEBOOK_BYTES = DEFAULT.max_notebook_bytes
-
 
 class UsageError(Exception):
     """Bad command-line input (a path that does not exist, nothing to grade)."""
@@ -170,21 +166,6 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
     return cells, metadata
 
 
-def read_code_cells(path: Path, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
-    """The code cells' sources and the notebook metadata; ValueError with a clear reason."""
-    return parse_notebook(files.read_regular_file(path, limits.max_notebook_bytes), limits)
-
-
-def _cell_error_summary(errors: list, limit: int = 3) -> str:
-    parts = []
-    for error in errors[:limit]:
-        message = error.message.strip()
-        where = f"code cell {error.cell + 1}: {error.error_type}"
-        parts.append(f"{where}: {message}" if message else where)
-    more = f" (+{len(errors) - limit} more)" if len(errors) > limit else ""
-    return "; ".join(parts) + more
-
-
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """How each submission is run. Part of the cache key: change one, and everything regrades.
@@ -193,8 +174,8 @@ class Settings:
     it runs). ``allow_root``: let learner code run as root where it cannot run as ``nobody``.
     """
 
-    timeout: float = DEFAULT_TIMEOUT
-    memory_mb: int = DEFAULT_MEMORY_MB
+    timeout: float = DEFAULT.timeout
+    memory_mb: int = DEFAULT.memory_mb
     sandbox: bool | None = None
     allow_root: bool = False
     fork: bool = True  # start submissions from a fork server (not under bubblewrap)
@@ -246,6 +227,128 @@ def _failed(shown, who: Identity, lab, error, isolation="", findings=()) -> Subm
     )
 
 
+@dataclasses.dataclass
+class Grading:
+    """One submission on its way through the stages of ``grade_bytes``: what each has found.
+
+    A stage that ends the grading (a file that is not a notebook, the wrong lab) sets
+    ``stopped``, with ``error`` saying why and ``meant_for`` the lab the result names.
+    """
+
+    raw: bytes
+    path: Path
+    who: Identity
+    settings: Settings
+    isolation: Isolation
+    fork_server: object = None
+    reaper: Reaper | None = None
+    meant_for: str | None = None  # a lab's stem, or None
+    cells: list[str] = dataclasses.field(default_factory=list)
+    metadata: dict = dataclasses.field(default_factory=dict)
+    lab: core.Lab | None = None
+    findings: list[str] = dataclasses.field(default_factory=list)
+    results: list[core.CheckResult] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    stopped: bool = False
+    cacheable: bool = True
+
+    def stop(self, error: str, meant_for: str | None) -> None:
+        self.stopped, self.error, self.meant_for = True, error, meant_for
+
+    def result(self) -> SubmissionResult:
+        if self.stopped:
+            return _failed(
+                str(self.path), self.who, self.meant_for, self.error, self.isolation.description
+            )
+        result = SubmissionResult(
+            str(self.path),
+            self.lab.stem,
+            sum(r.points for r in self.results),
+            self.lab.max_score,
+            self.error,
+            self.results,
+            self.who.student,
+            self.findings,
+            self.isolation.description,
+            self.metadata.get("normlab", {}).get("lang"),
+            self.who.name,
+        )
+        return dataclasses.replace(result, cacheable=self.cacheable)
+
+
+def parse(grading: Grading) -> None:
+    """The notebook's code cells and metadata, from its bytes (read once, by the caller)."""
+    try:
+        grading.cells, grading.metadata = parse_notebook(grading.raw, grading.settings.limits)
+    except ValueError as error:
+        # the file name (or the assignment) may still say which lab it was meant for
+        grading.stop(str(error), grading.who.lab)
+
+
+def choose_lab(grading: Grading) -> None:
+    """The lab it is graded as: the assignment's, the metadata's or the file name's."""
+    declared = grading.metadata.get("normlab", {}).get("lab")
+    stem, wrong = identity.lab_to_grade(grading.who, declared)
+    if wrong is not None:
+        grading.stop(wrong, stem)
+    else:
+        grading.lab = all_labs()[stem]
+
+
+def scan(grading: Grading) -> None:
+    """What the notebook's source shows, for the instructor: library norms reached indirectly."""
+    lab = grading.lab
+    forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
+    grading.findings = trap.notebook_findings(grading.cells, forbidden_names)
+
+
+def run(grading: Grading) -> None:
+    """The lab's checks against the notebook's process; then whose fault a failure is."""
+    lab, limits = grading.lab, grading.settings.limits
+    with ChildSubmission(
+        grading.cells,
+        limits,
+        grading.isolation,
+        grading.fork_server,
+        grading.reaper,
+        torch=lab.torch,
+        call_timeouts=lab.call_timeouts,
+    ) as submission:
+        grading.results = core.run_checks(lab, submission)
+        grading.error = attribute(grading, submission)
+        grading.cacheable = not submission.killed_from_outside
+
+
+def attribute(grading: Grading, submission: ChildSubmission) -> str | None:
+    """The submission's error: the grader's own, the process's death, or the learner's cells."""
+    internal = [r for r in grading.results if r.internal]
+    if internal:
+        return internal[0].message
+    if submission.dead_reason:
+        error = submission.dead_reason
+        tail = submission.output_tail()
+        if tail:
+            error += f"\nlast output: {tail[-grading.settings.limits.shown_output_chars :]}"
+        return error
+    # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook; a cell
+    # stopped by PyTorch, hidden from a NumPy lab, is a comparison of the learner's own, skipped
+    # while grading (``isolation.hidden``). A cell that called a function which ran out of time
+    # in an earlier cell: that cell's timeout is the one reported.
+    skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
+    if submission.hide_torch:
+        skipped.add(hidden.ERROR_TYPE)
+    errors = [e for e in submission.cell_errors if e.error_type not in skipped]
+    if errors:
+        return attribution.learner_cells_message(
+            errors, grading.cells, grading.lab, grading.results
+        )
+    return None
+
+
+#: What grading one notebook is, in order; each stage may stop it (``Grading.stopped``).
+STAGES = (parse, choose_lab, scan, run)
+
+
 def grade_bytes(
     raw: bytes,
     path: Path,
@@ -256,90 +359,13 @@ def grade_bytes(
     reaper: Reaper | None = None,
 ) -> SubmissionResult:
     """Grade the notebook whose bytes are ``raw`` (read once by the caller) as ``who``."""
-    shown = str(path)
     who = who if who is not None else identity.identify(path)
-    limits = settings.limits
-    try:
-        cells, metadata = parse_notebook(raw, limits)
-    except ValueError as error:
-        # the file name (or the assignment) may still say which lab it was meant for
-        return _failed(shown, who, who.lab, str(error), isolation.description)
-    stem, wrong = identity.lab_to_grade(who, metadata.get("normlab", {}).get("lab"))
-    if wrong is not None:
-        return _failed(shown, who, stem, wrong, isolation.description)
-    lab = all_labs()[stem]
-    forbidden_names = sorted({n for names in lab.forbidden.values() for n in names})
-    findings = trap.notebook_findings(cells, forbidden_names)
-    if isinstance(fork_server, ForkServers):
-        fork_server = fork_server.for_lab(lab.torch)
-    with ChildSubmission(
-        cells,
-        limits,
-        isolation,
-        fork_server,
-        reaper,
-        torch=lab.torch,
-        call_timeouts=lab.call_timeouts,
-    ) as submission:
-        results = core.run_checks(lab, submission)
-        error = None
-        internal = [r for r in results if r.internal]
-        if internal:
-            error = internal[0].message
-        elif submission.dead_reason:
-            error = submission.dead_reason
-            tail = submission.output_tail()
-            if tail:
-                error += f"\nlast output: {tail[-300:]}"
-        else:
-            # Stubs that raise NotImplementedError are a lab in progress, not a broken notebook;
-            # a cell stopped by PyTorch, hidden from a NumPy lab, is a comparison of the
-            # learner's own, skipped while grading (``isolation.hidden``).
-            # A cell that called a function which ran out of time in an earlier cell: that
-            # cell's timeout is the one reported.
-            skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
-            if submission.hide_torch:
-                skipped.add(hidden.ERROR_TYPE)
-            errors = [e for e in submission.cell_errors if e.error_type not in skipped]
-            if errors:
-                error = attribution.learner_cells_message(errors, cells, lab, results)
-    score = sum(r.points for r in results)
-    result = SubmissionResult(
-        shown,
-        lab.stem,
-        score,
-        lab.max_score,
-        error,
-        results,
-        who.student,
-        findings,
-        isolation.description,
-        metadata.get("normlab", {}).get("lang"),
-        who.name,
-    )
-    return dataclasses.replace(result, cacheable=not submission.killed_from_outside)
-
-
-def grade_notebook(
-    path: Path,
-    settings: Settings = Settings(),
-    student: str | None = None,
-    fork_server=None,
-    isolation: Isolation | None = None,
-    reaper: Reaper | None = None,
-    lab: str | None = None,
-) -> SubmissionResult:
-    """Grade one notebook (as ``lab``'s assignment when given; as ``student`` when given).
-    Never raises for anything the notebook or its process does."""
-    isolation = isolation or choose_isolation(settings.sandbox, settings.allow_root)
-    who = identity.identify(path, None, lab)
-    if student is not None:
-        who = dataclasses.replace(who, student=student, name=student)
-    try:
-        raw = files.read_regular_file(path, settings.limits.max_notebook_bytes)
-    except (OSError, ValueError) as error:
-        return _failed(str(path), who, who.lab, str(error), isolation.description)
-    return guarded(raw, path, settings, isolation, who, fork_server, reaper)
+    grading = Grading(raw, path, who, settings, isolation, fork_server, reaper)
+    for stage in STAGES:
+        stage(grading)
+        if grading.stopped:
+            break
+    return grading.result()
 
 
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
@@ -371,28 +397,58 @@ def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> 
     return digest.hexdigest()
 
 
+#: The largest cache file read back: far above any class's (a result is a few kB).
+MAX_CACHE_BYTES = 1 << 30
+
+
 class ResultCache:
-    """Finished results keyed by the SHA-256 of the exact bytes graded, saved atomically.
+    """Finished results keyed by the SHA-256 of the exact bytes graded, kept in one file.
 
     Content-keyed: the same bytes give the same result whoever submitted them (the path, id
     and name of a reused result are the entry's own), when they are graded as the same lab
-    (the entry's ``identity.grading_key``, stored with the result and compared). The file is written only by the grader,
-    from memory, after the submission's processes are dead; a damaged or altered file costs a
-    regrade, never a grade (every field is checked when it is read).
+    (the entry's ``identity.grading_key``, stored with the result and compared). The file is
+    written only by the grader, from memory, after the submission's processes are dead; a
+    damaged or altered file costs a regrade, never a grade (every field is checked when it is
+    read).
+
+    The file is JSON lines: the fingerprint, then one finished result per line. Opening the
+    cache rewrites it atomically with what is still valid; each result is then appended as one
+    line, so a class of n costs n lines written, not n rewrites of a growing file. A run killed
+    mid-line leaves a line that does not parse: that result alone is graded again.
     """
 
     def __init__(self, path: Path | None, fingerprint: str, force: bool = False):
         self.path, self.fingerprint = path, fingerprint
         self.lock = threading.Lock()
         self.entries: dict = {}
-        if path is not None and not force:
+        if path is None:
+            return
+        if not force:
+            self.entries = self._read(path, fingerprint)
+        lines = [json.dumps({"fingerprint": fingerprint})]
+        lines += [self._line(digest, stored) for digest, stored in sorted(self.entries.items())]
+        write_atomically(path, "".join(line + "\n" for line in lines))
+
+    @staticmethod
+    def _read(path: Path, fingerprint: str) -> dict:
+        try:
+            lines = files.read_regular_file(path, MAX_CACHE_BYTES).decode("utf-8").splitlines()
+            if not lines or json.loads(lines[0]) != {"fingerprint": fingerprint}:
+                return {}
+        except (OSError, ValueError, RecursionError):
+            return {}  # a damaged cache only costs a regrade
+        entries = {}
+        for line in lines[1:]:
             try:
-                stored = json.loads(files.read_regular_file(path, 1 << 30))
-                if isinstance(stored, dict) and stored.get("fingerprint") == fingerprint:
-                    results = stored.get("results")
-                    self.entries = dict(results) if isinstance(results, dict) else {}
-            except (OSError, ValueError, RecursionError):
-                self.entries = {}  # a damaged cache only costs a regrade
+                stored = json.loads(line)
+                entries[stored["digest"]] = {"result": stored["result"], "as": stored["as"]}
+            except Exception:  # noqa: BLE001 -- a damaged line only costs its regrade
+                continue
+        return entries
+
+    @staticmethod
+    def _line(digest: str, stored: dict) -> str:
+        return json.dumps({"digest": digest, **stored}, sort_keys=True)
 
     @staticmethod
     def content_hash(raw: bytes) -> str:
@@ -412,10 +468,17 @@ class ResultCache:
     def put(self, digest: str, result: SubmissionResult, entry: Entry) -> None:
         if self.path is None:
             return
+        stored = {"result": result.as_dict(), "as": entry.identity.grading_key}
+        line = (self._line(digest, stored) + "\n").encode("utf-8")
         with self.lock:
-            self.entries[digest] = {"result": result.as_dict(), "as": entry.identity.grading_key}
-            payload = {"fingerprint": self.fingerprint, "results": self.entries}
-            write_atomically(self.path, json.dumps(payload, sort_keys=True, indent=1))
+            self.entries[digest] = stored
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
 
 
 def grade_all(

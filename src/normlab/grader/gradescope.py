@@ -21,7 +21,9 @@ notebook's process never sees them (not in the sandbox's view; outside it, not r
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,14 +38,25 @@ VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 MAX_NOTEBOOKS = 5
 #: the folder of the bundle that only root may read: the hidden checks and the bundle's settings
 HIDDEN = "hidden"
-#: PyTorch, from its CPU-only index (the CUDA build is several GB the grader never uses)
-TORCH = "torch>=2.4"
-#: what the grader and the labs' graded code import besides PyTorch and the standard library,
-#: as pyproject.toml pins them (tests/test_lms.py keeps the two equal); the course's developer
-#: environment (JupyterLab, Sphinx, pytest, Matplotlib, ...) is not needed to grade
-REQUIREMENTS = ("numpy>=1.24",)
+
+
+def pinned(name: str) -> str:
+    """``name``'s requirement as pyproject.toml (its one owner) states it, e.g. ``"torch>=2.4"``,
+    read from the installed course's metadata (when a bundle is written: the bundle's own
+    grader runs without that metadata)."""
+    for requirement in importlib.metadata.requires("normlab") or ():
+        if re.match(rf"{re.escape(name)}\s*[<>=!~]", requirement):
+            return requirement.split(";")[0].strip()
+    raise LookupError(f"pyproject.toml does not require {name}")
+
+
+#: what the grader and the labs' graded code import besides PyTorch (installed from its
+#: CPU-only index: the CUDA build is several GB the grader never uses) and the standard
+#: library; the course's developer environment (JupyterLab, Sphinx, pytest, Matplotlib, ...)
+#: is not needed to grade. Each is installed as pyproject.toml requires it (``pinned``).
+DISTRIBUTIONS = ("numpy",)
 #: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba)
-LAB_REQUIREMENTS = {"07_cost": ("numba>=0.60",)}
+LAB_DISTRIBUTIONS = {"07_cost": ("numba",)}
 
 
 #: the course package the bundle copies (``src/normlab``): this file is its ``grader/gradescope.py``
@@ -173,6 +186,78 @@ def _instructor_test(name: str, output: str) -> dict:
     return {"name": name, "score": 0, "max_score": 0, "output": output, "visibility": "hidden"}
 
 
+def _check_tests(best: dict, extra: set, visibility: str, lang: str) -> tuple[list, int, int]:
+    """One Gradescope test per check of the upload that counts, with the score and the most
+    points that students see now (the instructor's hidden checks left out of both)."""
+    tests = []
+    shown_score, shown_max = best["score"], best["max_score"]
+    for check in best["checks"]:
+        hidden = check["name"] in extra
+        if hidden and visibility != "visible":  # the summary counts what students see now
+            shown_score -= check["points"]
+            shown_max -= check["max_points"]
+        tests.append(
+            {
+                "name": i18n.translate(check["name"], lang),
+                "score": check["points"],
+                "max_score": check["max_points"],
+                "status": "passed" if check["passed"] else "failed",
+                "output": i18n.translate(check["message"], lang),
+                "visibility": visibility if hidden else "visible",
+            }
+        )
+    return tests, shown_score, shown_max
+
+
+def _uploads_note(uploads: list[str], name: str, lang: str) -> str:
+    """Which upload was graded, and how many were."""
+    if len(uploads) == 1:
+        note = i18n.text(" Graded: {name}.", lang, name=name)
+    else:
+        note = i18n.text(
+            " You uploaded {notebooks} notebooks; each was graded and the best counts: {name}.",
+            lang,
+            notebooks=len(uploads),
+            name=name,
+        )
+    if len(uploads) > MAX_NOTEBOOKS:
+        note += i18n.text(
+            " Only the first {count} (by name) were graded.", lang, count=MAX_NOTEBOOKS
+        )
+    return note
+
+
+def _findings_test(findings: dict[str, list[str]]) -> dict:
+    """The instructor's test that lists each upload's findings."""
+    lines = [
+        f"{upload}:\n" + "\n".join(f"- {finding}" for finding in found)
+        for upload, found in findings.items()
+    ]
+    return _instructor_test(
+        i18n.text("For the instructor: findings to review (from-scratch rule)"),
+        "\n\n".join(lines),
+    )
+
+
+def _nothing_graded(lab: str, uploaded: bool, extra_data: dict, instructor: list) -> dict:
+    """results.json when no upload was graded: none was made, or the grader could not run."""
+    lang = i18n.current_language()
+    why = (
+        i18n.text("The grader could not run; please tell your instructor.", lang)
+        if uploaded
+        else i18n.text("No notebook was submitted: upload your {lab}.ipynb.", lang, lab=lab)
+    )
+    return {
+        "score": 0,
+        "output": why,
+        "output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "extra_data": extra_data,
+        "tests": instructor,
+    }
+
+
 def results(
     graded: dict | None,
     lab: str,
@@ -211,56 +296,14 @@ def results(
             _instructor_test(i18n.text("For the instructor: the grader's log"), log[-20000:])
         )
     if not uploads or not submissions:
-        lang = i18n.current_language()
-        why = (
-            i18n.text("No notebook was submitted: upload your {lab}.ipynb.", lang, lab=lab)
-            if not uploads
-            else i18n.text("The grader could not run; please tell your instructor.", lang)
-        )
-        return {
-            "score": 0,
-            "output": why,
-            "output_format": "text",
-            "visibility": "visible",
-            "stdout_visibility": "hidden",
-            "extra_data": extra_data,
-            "tests": instructor,
-        }
+        return _nothing_graded(lab, bool(uploads), extra_data, instructor)
     best = max(submissions, key=lambda s: (s["score"], -_upload_index(s["path"])))
     lang = i18n.normalise(best.get("lang")) or i18n.current_language()
-    tests = []
-    shown_score, shown_max = best["score"], best["max_score"]
-    for check in best["checks"]:
-        hidden = check["name"] in extra
-        if hidden and visibility != "visible":  # the summary counts what students see now
-            shown_score -= check["points"]
-            shown_max -= check["max_points"]
-        tests.append(
-            {
-                "name": i18n.translate(check["name"], lang),
-                "score": check["points"],
-                "max_score": check["max_points"],
-                "status": "passed" if check["passed"] else "failed",
-                "output": i18n.translate(check["message"], lang),
-                "visibility": visibility if hidden else "visible",
-            }
-        )
+    tests, shown_score, shown_max = _check_tests(best, extra, visibility, lang)
     output = _summary(lab, shown_score, shown_max, visibility if extra else "visible", lang)
     index = _upload_index(best["path"])
     name = shown_name(uploads[index - 1]) if index <= len(uploads) else "?"
-    if len(uploads) == 1:
-        output += i18n.text(" Graded: {name}.", lang, name=name)
-    else:
-        output += i18n.text(
-            " You uploaded {notebooks} notebooks; each was graded and the best counts: {name}.",
-            lang,
-            notebooks=len(uploads),
-            name=name,
-        )
-    if len(uploads) > MAX_NOTEBOOKS:
-        output += i18n.text(
-            " Only the first {count} (by name) were graded.", lang, count=MAX_NOTEBOOKS
-        )
+    output += _uploads_note(uploads, name, lang)
     if best.get("error"):
         output += "\n\n" + i18n.translate(best["error"], lang)
     findings = {
@@ -278,17 +321,7 @@ def results(
         findings=findings,
     )
     if findings:
-        lines = [
-            f"{upload}:\n" + "\n".join(f"- {finding}" for finding in found)
-            for upload, found in findings.items()
-        ]
-        instructor.insert(
-            0,
-            _instructor_test(
-                i18n.text("For the instructor: findings to review (from-scratch rule)"),
-                "\n\n".join(lines),
-            ),
-        )
+        instructor.insert(0, _findings_test(findings))
     return {
         "score": best["score"],
         "output": output,
@@ -357,7 +390,7 @@ def write_bundle(
     package = PACKAGE
     out.mkdir(parents=True, exist_ok=True)
     (out / "setup.sh").write_text(
-        SETUP.replace("__TORCH__", TORCH).replace("__HIDDEN__", HIDDEN), encoding="utf-8"
+        SETUP.replace("__TORCH__", pinned("torch")).replace("__HIDDEN__", HIDDEN), encoding="utf-8"
     )
     run = RUN.replace("__LAB__", lab).replace("__HIDDEN__", HIDDEN)
     run = run.replace("__MAX__", str(MAX_NOTEBOOKS))
@@ -365,7 +398,7 @@ def write_bundle(
     (out / "run_autograder").write_text(run, encoding="utf-8")
     for name in ("setup.sh", "run_autograder"):
         (out / name).chmod(0o755)
-    requirements = [*REQUIREMENTS, *LAB_REQUIREMENTS.get(lab, ())]
+    requirements = [pinned(name) for name in (*DISTRIBUTIONS, *LAB_DISTRIBUTIONS.get(lab, ()))]
     (out / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
     source = out / "normlab"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")

@@ -492,14 +492,6 @@ def parse_choice(answer) -> str:
     return match.group("paren") or match.group("bare")
 
 
-def letter_of(answer) -> str | None:
-    """``parse_choice`` that returns None instead of raising (no letter, or several)."""
-    try:
-        return parse_choice(answer)
-    except ChoiceError:
-        return None
-
-
 def expect_choice(
     out: Output, letter: str, *, what: str, hint: str, why: dict[str, str] | None = None
 ) -> None:

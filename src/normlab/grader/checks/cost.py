@@ -53,8 +53,7 @@ LAB = Lab(
         "layernorm_fused": LIBRARY_NORMS,
     },
     # The fused kernels are Numba's: each compiles on its first call with each kind of input,
-    # about 1 s of CPU every time (1.0 to 1.4 s here, on 2 idle cores). Under the default 5 s a
-    # correct kernel once lost its 5 points on a busy machine.
+    # about 1 s of CPU every time, which a busy machine can stretch past the default 5 s.
     call_timeouts={"rmsnorm_fused": 20.0, "layernorm_fused": 20.0},
 )
 

@@ -34,6 +34,9 @@ import time
 from normlab.grader.isolation import cgroup, processes
 from normlab.grader.isolation.worker import SERVER_PRELOAD
 
+#: waiting for a killed server to be reaped: gone in milliseconds, unless stuck in the kernel
+REAP_WAIT = 5.0
+
 
 def _preload(torch: bool = True) -> None:
     for name in SERVER_PRELOAD:
@@ -155,9 +158,7 @@ class ForkServer:
     already loaded (which can crash the process).
     """
 
-    def __init__(
-        self, environment: dict, reaper: processes.Reaper, wait: float, torch: bool = True
-    ):
+    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float, torch: bool):
         self.torch = torch
         self.environment = environment
         self.reaper, self.wait = reaper, wait
@@ -251,7 +252,7 @@ class ForkServer:
             except (ProcessLookupError, PermissionError):
                 pass
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=REAP_WAIT)
             except subprocess.TimeoutExpired:
                 pass
             self.reaper.forget(self.process.pid)

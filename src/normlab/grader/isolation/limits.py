@@ -1,64 +1,119 @@
-"""Every limit of ``normlab grade`` in one object.
+"""Every limit of ``normlab grade`` in one object, each described where it is defined.
 
-The command line changes a few of them (``--timeout``, ``--memory``); the rest are fixed here
-and only here. ``docs/grading.md`` shows them in a table that a test compares with this file.
+The command line changes any of them (``--timeout``, ``--memory``, ``--limit NAME=VALUE``).
+Each field carries its unit and what it bounds; ``docs/grading.md``'s limits table and
+``--limit``'s help are generated from them (``python -m normlab.grader.isolation.limits
+--update docs/grading.md`` rewrites the table; a test fails when it is stale).
+
+Numbers that are not limits an instructor could set (how long to wait for a killed process to
+be reaped, the margin between a call's alarm in the child and the parent's deadline) are named
+constants beside the code that uses them, each with its reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
+from pathlib import Path
 
 MiB = 1 << 20
+
+#: units a limit is given in, and how the table shows its value
+UNITS = {"s": "s", "MB": "MB", "bytes": "MB", "count": "", "share": ""}
+
+
+def limit(default, unit: str, help: str, option: str | None = None):
+    """A field of ``Limits``: its default, its unit (a key of ``UNITS``) and what it bounds,
+    as the documentation says it; ``option``: the command-line option that sets it, if any
+    (otherwise ``--limit NAME=VALUE``)."""
+    assert unit in UNITS, unit
+    return dataclasses.field(
+        default=default, metadata={"unit": unit, "help": help, "option": option}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What one submission may use. Part of the cache key: change one and everything regrades."""
 
-    #: wall seconds for the whole submission (loading, calls, restarts); ``--timeout``
-    timeout: float = 60.0
-    #: in MiB; ``--memory``. With a cgroup: one total of ``memory_mb + tmp_mb`` for all the
-    #: submission's processes and files; without one: the address space of each process
-    memory_mb: int = 3072
-    #: wall seconds for one call of a learner's function
-    call_timeout: float = 5.0
-    #: share of the budget one notebook cell may use (and at least ``min_cell_timeout``)
-    cell_timeout_share: float = 0.25
-    min_cell_timeout: float = 5.0
-    #: CPU seconds beyond the wall budget (the CPU limit is budget + this)
-    cpu_slack: int = 5
-    #: times a dead child is restarted for the remaining checks
-    max_restarts: int = 2
-    #: bytes of any one file the submission writes
-    max_file_bytes: int = 64 * MiB
-    #: processes and threads of the submission's user (when it runs as its own user)
-    max_processes: int = 256
-    #: everything the submission writes, in MiB: the sandbox's private /tmp (its working
-    #: folder), or outside the sandbox its private working folder (the rest is read-only);
-    #: either way a tmpfs, so RAM beside ``memory_mb``
-    tmp_mb: int = 256
-    #: files and folders in that private folder outside the sandbox (each costs kernel memory
-    #: even when empty; bubblewrap's tmpfs cannot bound the count)
-    max_files: int = 65536
-    #: size of a notebook file; a larger one is rejected before it is read
-    max_notebook_bytes: int = 16 * MiB
-    #: nesting depth of a notebook's JSON
-    max_json_depth: int = 100
-    #: tokens (names, numbers, punctuation) of one code cell that the grader parses to analyse
-    #: it; a larger cell still runs, but is not parsed: a finding, and no from-scratch points
-    max_cell_tokens: int = 25_000
-    #: tokens of all the code cells of one notebook that the grader parses (the same rule)
-    max_code_tokens: int = 100_000
-    #: JSON header of one reply from the child
-    max_header_bytes: int = 1 * MiB
-    #: arrays in one reply
-    max_arrays: int = 64
-    #: all the arrays of one reply together (bounded parent memory per reply)
-    max_reply_bytes: int = 256 * MiB
-    #: seconds to wait for the fork server to hand out a child before replacing it
-    fork_server_wait: float = 10.0
-    #: seconds a new child may take to start (imports) before it runs any learner code
-    startup_wait: float = 300.0
+    timeout: float = limit(
+        60.0, "s", "wall time for the whole submission (`--timeout`)", option="--timeout"
+    )
+    memory_mb: int = limit(
+        3072,
+        "MB",
+        'with a cgroup (the run\'s isolation line says "one memory total per submission"): one '
+        "total of `memory_mb + tmp_mb` for all the submission's processes and files together; "
+        "without one (no cgroup can be made here), only the address space of each of its "
+        "processes, separately: six processes may then hold six times `memory_mb` (`--memory`)",
+        option="--memory",
+    )
+    call_timeout: float = limit(
+        5.0, "s", "one call of a learner's function (not called again after)"
+    )
+    cell_timeout_share: float = limit(0.25, "share", "one notebook cell, as a share of the budget")
+    min_cell_timeout: float = limit(5.0, "s", "... but never less than")
+    cpu_slack: int = limit(5, "s", "CPU time beyond the wall budget")
+    max_restarts: int = limit(2, "count", "restarts of a child that died, for the remaining checks")
+    max_file_bytes: int = limit(
+        64 * MiB,
+        "bytes",
+        "any one file the submission writes (writing more fails in the notebook)",
+    )
+    max_processes: int = limit(
+        256,
+        "count",
+        "processes and threads the submission may add (its user's, `RLIMIT_NPROC`)",
+    )
+    tmp_mb: int = limit(
+        256,
+        "MB",
+        "everything the submission writes, in all its files: the sandbox's working folder "
+        "(`/home/notebook`), or outside the sandbox its private working folder (a tmpfs either "
+        "way)",
+    )
+    max_files: int = limit(
+        65536,
+        "count",
+        "files and folders in that folder (small and empty files cost kernel memory that the "
+        "size does not count); in the sandbox when the grader is root",
+    )
+    max_notebook_bytes: int = limit(
+        16 * MiB, "bytes", "a notebook file (a larger one is rejected unread)"
+    )
+    max_json_depth: int = limit(100, "count", "nesting of a notebook's JSON")
+    max_cell_tokens: int = limit(
+        25_000,
+        "count",
+        "tokens (names, numbers, punctuation) of one code cell that the grader parses to "
+        "analyse it; a larger cell still runs, but is not parsed: a finding, and the lab's "
+        "from-scratch checks earn nothing",
+    )
+    max_code_tokens: int = limit(
+        100_000,
+        "count",
+        "tokens of all the code cells of a notebook that the grader parses (past it, the same "
+        "rule)",
+    )
+    max_header_bytes: int = limit(1 * MiB, "bytes", "the JSON header of one reply")
+    max_arrays: int = limit(64, "count", "arrays in one reply")
+    max_reply_bytes: int = limit(
+        256 * MiB, "bytes", "all arrays of one reply together: the grader's memory per reply"
+    )
+    fork_server_wait: float = limit(
+        10.0, "s", "waiting for the fork server before replacing it (not charged)"
+    )
+    startup_wait: float = limit(
+        300.0,
+        "s",
+        "a new child's start-up (imports, before any learner code; not charged)",
+    )
+    shown_output_chars: int = limit(
+        300,
+        "count",
+        "characters of a dead process's last output quoted in its error",
+    )
 
     def cell_timeout(self, remaining: float) -> float:
         return max(self.min_cell_timeout, self.cell_timeout_share * remaining)
@@ -66,5 +121,72 @@ class Limits:
     def cpu_seconds(self, remaining: float) -> int:
         return max(self.cpu_slack, int(remaining) + self.cpu_slack)
 
+    @property
+    def output_tail_bytes(self) -> int:
+        """Bytes of the log read for ``shown_output_chars`` characters of it: a third more, so
+        that multi-byte characters and trailing blank space still leave as many to show."""
+        return self.shown_output_chars + self.shown_output_chars // 3
+
 
 DEFAULT = Limits()
+
+
+def shown_value(field: dataclasses.Field) -> str:
+    """A limit's default as the table shows it: ``60 s``, ``16 MB``, ``0.25``, ``65536``."""
+    value, unit = field.default, field.metadata["unit"]
+    if unit == "bytes":
+        value = value // MiB
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value} {UNITS[unit]}".strip()
+
+
+def markdown_table() -> str:
+    """``docs/grading.md``'s limits table, one row per field of ``Limits``."""
+    rows = [
+        "| limit (`normlab.grader.isolation.limits.Limits`) | what it bounds | value |",
+        "|---|---|---|",
+    ]
+    for field in dataclasses.fields(Limits):
+        rows.append(f"| `{field.name}` | {field.metadata['help']} | {shown_value(field)} |")
+    return "\n".join(rows) + "\n"
+
+
+def option_help() -> str:
+    """Help for ``--limit NAME=VALUE``: every limit it may set, with its default (in the
+    field's own unit: bytes for ``*_bytes``)."""
+    names = [
+        f"{field.name}={field.default}"
+        for field in dataclasses.fields(Limits)
+        if field.metadata["option"] is None
+    ]
+    return (
+        "set a limit of docs/grading.md's table; repeatable; seconds, bytes or counts, as "
+        "the defaults: " + ", ".join(names)
+    )
+
+
+TABLE_START = "<!-- limits table: generated from normlab.grader.isolation.limits -->\n"
+TABLE_END = "<!-- end of the limits table -->\n"
+
+
+def with_table(document: str) -> str:
+    """``document`` with the text between the table's two markers replaced by the table."""
+    pattern = re.compile(re.escape(TABLE_START) + ".*?" + re.escape(TABLE_END), re.DOTALL)
+    if not pattern.search(document):
+        raise ValueError("the document has no limits table markers")
+    return pattern.sub(lambda _: TABLE_START + markdown_table() + TABLE_END, document, count=1)
+
+
+def main(argv: list[str]) -> int:
+    """``--update FILE``: rewrite FILE's limits table; otherwise print the table."""
+    if len(argv) == 2 and argv[0] == "--update":
+        path = Path(argv[1])
+        path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
+    sys.stdout.write(markdown_table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -31,8 +31,17 @@ import sys
 import tempfile
 import time
 
-from normlab.grader import core
-from normlab.grader.isolation import cgroup, files, hidden, processes, wire, workspace
+from normlab.grader import attribution, core
+from normlab.grader.isolation import (
+    cgroup,
+    files,
+    forkserver,
+    hidden,
+    processes,
+    wire,
+    worker,
+    workspace,
+)
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 NOBODY = 65534
@@ -41,6 +50,29 @@ NOBODY = 65534
 # folder that the child (as root) remounts with a bound on its number of files must hide
 # nothing that execution needs. /tmp is read-only in the sandbox.
 SANDBOX_HOME = "/home/notebook"
+
+# Not limits of a submission (``Limits``) but waits and margins of the grader's own, each bounded
+# far above what it needs so that only a hung or broken system ever reaches it:
+#: a start-up probe that runs this Python and imports NumPy or PyTorch, once per run
+PROBE_TIMEOUT = 120.0
+#: a probe that starts an interpreter under bubblewrap and imports the course package alone
+QUICK_PROBE_TIMEOUT = 60.0
+#: waiting for a killed process to be reaped: gone in milliseconds, unless stuck in the kernel
+REAP_WAIT = 5.0
+#: waiting for the exit status of a child whose pipe has closed: it is exiting; one still
+#: running after this has stopped answering
+EXIT_STATUS_WAIT = 1.0
+#: a call's alarm in the child rings this much before the grader's deadline, so that a slow
+#: call is reported by the child as a timeout (its process kept) rather than killed ...
+CALL_ALARM_MARGIN = 1.0
+#: ... but the alarm never allows less than this
+MIN_CALL_ALARM = 0.5
+#: a restart with less of the budget left could not even run the notebook's cells
+MIN_RESTART_BUDGET = 1.0
+#: the sandbox's own /tmp: read-only once mounted, so only the mount needs a size
+SANDBOX_TMP_BYTES = 1 << 20
+#: each hidden PyTorch folder in the sandbox: a read-only tmpfs holding one small file
+HIDDEN_FOLDER_BYTES = 65536
 
 
 class IsolationError(Exception):
@@ -80,7 +112,7 @@ def child_paths() -> tuple[str, ...]:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROBE_TIMEOUT,
         cwd="/",
     )
     entries = json.loads(probe.stdout)
@@ -124,7 +156,11 @@ def hidden_paths() -> tuple[str, ...]:
         modules=hidden.HIDDEN_MODULES, distributions=hidden.HIDDEN_DISTRIBUTIONS
     )
     probe = subprocess.run(
-        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+        [sys.executable, "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT,
+        cwd="/",
     )
     candidates = set(json.loads(probe.stdout))
     for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
@@ -201,7 +237,7 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
             "notebook's interpreter needs: install the course elsewhere"
         )
     command += ["--dev", "/dev", "--proc", "/proc"]
-    command += ["--perms", "1777", "--size", str(1 << 20), "--tmpfs", "/tmp"]
+    command += ["--perms", "1777", "--size", str(SANDBOX_TMP_BYTES), "--tmpfs", "/tmp"]
     command += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", SANDBOX_HOME]
     for folder in ancestors:
         if folder not in (SANDBOX_HOME, "/tmp"):
@@ -211,7 +247,7 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
     command += ["--remount-ro", "/tmp"]
     if hide_init is not None:
         for path in hidden_paths():
-            command += ["--perms", "0555", "--size", "65536", "--tmpfs", path]
+            command += ["--perms", "0555", "--size", str(HIDDEN_FOLDER_BYTES), "--tmpfs", path]
             command += ["--ro-bind", hide_init, os.path.join(path, "__init__.py")]
             command += ["--remount-ro", path]
     command += ["--remount-ro", "/", "--remount-ro", "/dev"]
@@ -230,7 +266,7 @@ def bwrap_available() -> bool:
         probe = subprocess.run(
             [*bwrap_command(), sys.executable, "-I", "-c", "import normlab"],
             capture_output=True,
-            timeout=60,
+            timeout=QUICK_PROBE_TIMEOUT,
             cwd="/",
         )
     except (OSError, subprocess.SubprocessError, ValueError):
@@ -238,20 +274,36 @@ def bwrap_available() -> bool:
     return probe.returncode == 0
 
 
-def _drop_to(ids):
-    def become():
-        os.setgroups([])
-        os.setgid(ids[1])
-        os.setuid(ids[0])
+NOBODY_PROBE = """
+import os, sys
+os.setgroups([])
+os.setgid({gid})
+os.setuid({uid})
+for entry in sys.path:
+    try:
+        os.listdir(entry)  # a folder this user cannot read raises PermissionError: exit 1
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # not there, or a zip file: the same for every user
+import {imports}
+"""
 
-    return become
+
+def nobody_probe(ids: tuple[int, int], python: str = sys.executable) -> list[str]:
+    """The command that shows whether a child run as ``ids`` works: ``python`` starts as the
+    grader's user and drops to ``ids`` inside, as the worker does, then lists every folder of
+    its ``sys.path`` and imports what the child imports after the drop
+    (``worker.PROBE_IMPORTS``). Starting as ``ids`` instead would try another installation:
+    an interpreter outside a 0700 /root whose standard library is inside it finds the
+    system's, so the probe ran where the child then failed importing ``dataclasses``."""
+    code = NOBODY_PROBE.format(uid=ids[0], gid=ids[1], imports=", ".join(worker.PROBE_IMPORTS))
+    return [python, "-I", "-c", code]
 
 
 @functools.cache
-def unprivileged_ids(sandbox: bool) -> tuple[int, int] | None:
-    """As root: (uid, gid) of ``nobody`` when that user can run this Python (tried once, in the
-    mode asked for), else None. Under bubblewrap the interpreter is bound into an empty root,
-    so an interpreter installed under /root works too."""
+def unprivileged_ids(sandbox: bool, python: str = sys.executable) -> tuple[int, int] | None:
+    """As root: (uid, gid) of ``nobody`` when that user can run ``python``'s child (tried once,
+    in the mode asked for), else None. Under bubblewrap the interpreter is bound into an empty
+    root, so an interpreter installed under /root works too."""
     if os.geteuid() != 0:
         return None
     try:
@@ -261,16 +313,16 @@ def unprivileged_ids(sandbox: bool) -> tuple[int, int] | None:
         ids = entry.pw_uid, entry.pw_gid
     except (ImportError, KeyError):
         ids = NOBODY, NOBODY
-    code = "import numpy, normlab.grader.isolation.worker"
-    command = [sys.executable, "-I", "-c", code]
-    become = _drop_to(ids)
-    if sandbox:  # bwrap starts as root; the drop happens inside, as the worker does it
-        drop = f"import os; os.setgroups([]); os.setgid({ids[1]}); os.setuid({ids[0]}); "
-        command = [*bwrap_command(), sys.executable, "-I", "-c", drop + code]
-        become = None
+    command = nobody_probe(ids, python)
+    if sandbox:  # bwrap starts as root; the drop happens inside, as in the worker
+        command = [*bwrap_command(), *command]
     try:
         probe = subprocess.run(
-            command, preexec_fn=become, capture_output=True, timeout=120, cwd="/"
+            command,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            cwd="/",
+            env=child_environment("/"),
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -361,10 +413,11 @@ class ChildSubmission(core.Submission):
         cells: the notebook's code cells, in order.
         limits: every limit (``Limits``).
         isolation: sandbox or processes, and the user to run as.
-        fork_server: a ``forkserver.ForkServer`` (processes mode only), or None.
+        fork_server: a ``forkserver.ForkServer`` (processes mode only), the ``ForkServers`` of
+            a run (the one for this kind of lab is used), or None.
         reaper: the grader's ``processes.Reaper`` (kills orphans adopted by the grader).
-        torch: whether the lab's graded code may use PyTorch (``Lab.torch``); when not, the
-            sandbox hides it (processes mode cannot: see ``docs/grading.md``).
+        torch: whether the lab's graded code may use PyTorch (``Lab.torch``, and its default);
+            when not, the sandbox hides it (processes mode cannot: see ``docs/grading.md``).
         call_timeouts: learner name -> wall seconds for one call, where the lab allows more
             than ``limits.call_timeout`` (``Lab.call_timeouts``).
     """
@@ -376,7 +429,7 @@ class ChildSubmission(core.Submission):
         isolation: Isolation,
         fork_server=None,
         reaper: processes.Reaper | None = None,
-        torch: bool = True,
+        torch: bool = core.Lab.torch,
         call_timeouts: dict[str, float] | None = None,
     ):
         self.cells = cells
@@ -387,6 +440,8 @@ class ChildSubmission(core.Submission):
         self.hide_torch = not torch
         self.limits = limits
         self.isolation = isolation
+        if isinstance(fork_server, forkserver.ForkServers):
+            fork_server = fork_server.for_lab(torch)
         self.fork_server = fork_server if not isolation.sandbox else None
         self.reaper = reaper or processes.Reaper()
         self.deadline: float | None = None  # starts when the submission first has a process
@@ -561,7 +616,7 @@ class ChildSubmission(core.Submission):
             if self.memory_group is not None:
                 self.memory_group.kill_all()  # whatever session or namespace they are in
             try:
-                process.wait(timeout=5)
+                process.wait(timeout=REAP_WAIT)
             except subprocess.TimeoutExpired:
                 pass
             self.reaper.forget(process.pid, session=process.pid)
@@ -589,8 +644,10 @@ class ChildSubmission(core.Submission):
     def __exit__(self, *exc):
         self.cleanup()
 
-    def output_tail(self, limit: int = 400) -> str:
-        """The end of what the notebook printed (for error messages only; never parsed)."""
+    def output_tail(self, limit: int | None = None) -> str:
+        """The end of what the notebook printed (for error messages only; never parsed): the
+        last ``limit`` bytes, by default ``Limits.output_tail_bytes``."""
+        limit = self.limits.output_tail_bytes if limit is None else limit
         return files.tail(self.log_fd, limit) if self.log_fd >= 0 else ""
 
     # ------------------------------------------------------------------ the wire
@@ -599,7 +656,7 @@ class ChildSubmission(core.Submission):
         if self.process is None:
             return "the notebook's process is not running"
         try:
-            code = self.process.wait(timeout=1)
+            code = self.process.wait(timeout=EXIT_STATUS_WAIT)
         except subprocess.TimeoutExpired:
             return "the notebook's process stopped answering"
         if self.isolation.sandbox and code > 128:
@@ -694,7 +751,7 @@ class ChildSubmission(core.Submission):
             return
         if self.dead_reason and self.restarts >= self.limits.max_restarts:
             raise core.ProcessFailed(f"not run: {self.dead_reason} (too many restarts)")
-        if self.remaining() <= 1:
+        if self.remaining() <= MIN_RESTART_BUDGET:
             raise core.ProcessFailed("not run: the submission's time budget is used up")
         if self.dead_reason:
             self.restarts += 1
@@ -717,9 +774,9 @@ class ChildSubmission(core.Submission):
                 f"`{name}` is not defined in the notebook (did its cell run without errors?)"
             )
         if name in self.hung:
+            where = attribution.cell_label(self.cells, self.hung[name])
             raise core.RaisedError(
-                f"`{name}` did not finish in time when code cell {self.hung[name] + 1} called "
-                "it; not run again",
+                f"`{name}` did not finish in time when {where} called it; not run again",
                 "Timeout",
             )
         if name in self.timed_out:
@@ -730,7 +787,10 @@ class ChildSubmission(core.Submission):
         timeout = min(budget, self.remaining())
         try:
             reply, results = self._exchange(
-                dict(header, timeout=max(0.5, timeout - 1)), arrays, timeout, f"calling `{name}`"
+                dict(header, timeout=max(MIN_CALL_ALARM, timeout - CALL_ALARM_MARGIN)),
+                arrays,
+                timeout,
+                f"calling `{name}`",
             )
         except core.ProcessTimedOut as failure:
             self.dead_reason = str(failure)

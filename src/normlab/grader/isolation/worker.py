@@ -32,6 +32,25 @@ PRELOAD = ("numpy", "torch")
 # The fork server imports Matplotlib too, once for every child it forks. A fresh interpreter (the
 # sandbox's, or a single notebook's) does not: no lab plots, and it would cost 0.7 s of CPU each.
 SERVER_PRELOAD = (*PRELOAD, "matplotlib.pyplot")
+# What a child imports after it has dropped to its user (``drop_privileges``): the modules
+# ``serve`` imports, then what it preloads. The grader's start-up probe imports them as that
+# user, as the child does (``sandbox.nobody_probe``), but for PyTorch: its import costs the
+# probe seconds (7.1 s against 0.5 s, on 2 busy cores), and the probe lists every folder of
+# ``sys.path`` instead, which is where a standard library or site-packages that the user
+# cannot read shows.
+CHILD_IMPORTS = (
+    "normlab.grader.isolation.worker",
+    "normlab.grader.isolation.wire",
+    "normlab.grader.isolation.limits",
+    *PRELOAD,
+)
+PROBE_IMPORTS = tuple(name for name in CHILD_IMPORTS if name != "torch")
+# What a request from the grader may hold. Not ``Limits`` of the submission: the grader is
+# trusted, and these only keep a broken pipe from asking for unbounded memory. A request's
+# header carries the notebook's cells (at most ``Limits.max_notebook_bytes``, 16 MB).
+REQUEST_HEADER_BYTES = 1 << 30
+REQUEST_ARRAY_BYTES = 1 << 34
+REQUEST_ARRAYS = 1 << 10
 
 
 def processes_of_this_user(uid: int | None = None) -> int:
@@ -213,8 +232,13 @@ def serve(request_fd: int, reply_fd: int, hide_torch: bool = False) -> None:
     from normlab.grader.isolation import wire
     from normlab.grader.isolation.limits import Limits
 
-    # The grader is trusted: its requests carry the notebook's cells (up to the notebook limit).
-    incoming = Limits(max_header_bytes=1 << 30, max_reply_bytes=1 << 34, max_arrays=1 << 10)
+    # The grader is trusted: its requests carry the notebook's cells (up to the notebook limit)
+    # and the checks' inputs, so they are bounded only far above anything a lab sends.
+    incoming = Limits(
+        max_header_bytes=REQUEST_HEADER_BYTES,
+        max_reply_bytes=REQUEST_ARRAY_BYTES,
+        max_arrays=REQUEST_ARRAYS,
+    )
 
     def forget_channel():
         # A process forked by the notebook must not talk to the grader: only this one does.

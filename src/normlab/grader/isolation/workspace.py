@@ -166,11 +166,16 @@ def drop_capabilities() -> None:
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
-PROBE = """
+#: a probe that starts this Python, imports the course package and mounts one small folder
+PROBE_TIMEOUT = 60.0
+#: the probes' private folder: small, since it only shows that a size and a count can be bounded
+PROBE_FOLDER_BYTES, PROBE_FOLDER_FILES = 1 << 20, 64
+
+PROBE = f"""
 import os, sys
 from normlab.grader.isolation import workspace
 folder = sys.argv[1]
-workspace.make_private(folder, 1 << 20, 64, (os.getuid(), os.getgid()))
+workspace.make_private(folder, {PROBE_FOLDER_BYTES}, {PROBE_FOLDER_FILES}, (os.getuid(), os.getgid()))
 open(os.path.join(folder, "x"), "w").write("x")
 try:
     open(os.path.join(os.path.dirname(folder), "y"), "w")
@@ -179,11 +184,11 @@ except OSError:
 sys.exit(1)
 """
 
-NAMESPACES_PROBE = """
+NAMESPACES_PROBE = f"""
 import os, sys
 from normlab.grader.isolation import workspace
 folder = sys.argv[1]
-workspace.make_private(folder, 1 << 20, 64, (os.getuid(), os.getgid()))
+workspace.make_private(folder, {PROBE_FOLDER_BYTES}, {PROBE_FOLDER_FILES}, (os.getuid(), os.getgid()))
 workspace.enter_pid_and_ipc_namespaces()
 pid = os.fork()
 if pid == 0:
@@ -195,40 +200,33 @@ sys.exit(0 if status == 0 else 1)
 """
 
 
-@functools.cache
-def namespaces_available() -> bool:
-    """True when a child can also have PID and IPC namespaces of its own, with its own /proc
-    (tried once, after the private folder that it needs)."""
+def _probe(code: str) -> bool:
+    """Run ``code`` in a new interpreter on a fresh folder: True when it exits 0 having left
+    that folder empty (what it wrote went to its own mount)."""
     import tempfile
 
-    if not available():
-        return False
     with tempfile.TemporaryDirectory(prefix="normlab-probe-") as base:
         folder = os.path.join(base, "work")
         os.mkdir(folder)
         try:
             probe = subprocess.run(
-                [sys.executable, "-I", "-c", NAMESPACES_PROBE, folder],
+                [sys.executable, "-I", "-c", code, folder],
                 capture_output=True,
-                timeout=60,
+                timeout=PROBE_TIMEOUT,
             )
         except (OSError, subprocess.SubprocessError):
             return False
-        return probe.returncode == 0
+        return probe.returncode == 0 and not os.listdir(folder)
+
+
+@functools.cache
+def namespaces_available() -> bool:
+    """True when a child can also have PID and IPC namespaces of its own, with its own /proc
+    (tried once, after the private folder that it needs)."""
+    return available() and _probe(NAMESPACES_PROBE)
 
 
 @functools.cache
 def available() -> bool:
     """True when a child can have a private, size-limited folder here (tried once)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="normlab-probe-") as base:
-        folder = os.path.join(base, "work")
-        os.mkdir(folder)
-        try:
-            probe = subprocess.run(
-                [sys.executable, "-I", "-c", PROBE, folder], capture_output=True, timeout=60
-            )
-        except (OSError, subprocess.SubprocessError):
-            return False
-        return probe.returncode == 0 and not os.listdir(folder)
+    return _probe(PROBE)
