@@ -442,11 +442,11 @@ def grads_large_logits(sub):
 def sgd_step(sub):
     rng = np.random.default_rng(83)
     param, grad, velocity = rng.normal(size=(3, 4, 5))
-    SGD.expect(sub, Args(param, grad, velocity, 0.3, 0.9), what="lr = 0.3, momentum = 0.9")
+    SGD.expect(sub, Args(param, grad, velocity, 0.3, 0.9), what="lr = 0.3 and momentum = 0.9")
 
 
 @LAB.check(
-    "5 training steps: losses and running statistics match PyTorch",
+    "5 training steps: losses, running statistics and weights match PyTorch",
     points=3,
     uses=["net_train"],
 )
