@@ -363,6 +363,9 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
     if spanish_pages():
         (STAGE / "es" / "index.md").write_text(spanish_home_page(extra_files))
     shutil.copytree(ROOT / "theory" / "figures", STAGE / "theory" / "figures")
+    spanish_figures = ROOT / "es" / "theory" / "figures"  # bilingual_figure's Spanish drawings
+    if spanish_figures.is_dir():
+        shutil.copytree(spanish_figures, STAGE / "es" / "theory" / "figures", dirs_exist_ok=True)
     (STAGE / "index.md").write_text(home_page(extra_files))
     for relative in sorted(extra_files):
         (STAGE / relative).parent.mkdir(parents=True, exist_ok=True)

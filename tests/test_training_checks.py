@@ -31,36 +31,53 @@ def failed(results) -> list[str]:
 
 
 def make_model(**bugs):
-    bug = {name: bugs.get(name, False) for name in BUGS}
-    unknown = set(bugs) - set(BUGS)
+    bug = {name: bugs.get(name, False) for name in (*BUGS, *UNNAMED_BUGS)}
+    unknown = set(bugs) - set(bug)
     assert not unknown, unknown
 
-    def norm_forward(z, gamma, beta, norm, eps=1e-5):
-        axis = 0 if norm == "batch" else 1
-        mu = np.mean(z, axis=axis, keepdims=True)
-        sigma = np.sqrt(np.mean((z - mu) ** 2, axis=axis, keepdims=True) + eps)
-        return gamma * (z - mu) / sigma + beta, (z - mu) / sigma, sigma
+    def as_rows(z, norm, groups):
+        # the values each statistic averages, along the last axis: (C, N) for BatchNorm,
+        # (N, G, C / G) for GroupNorm, (N, 1, C) for LayerNorm
+        if norm == "batch":
+            return z.T
+        if norm == "group" and bug["interleaved_groups"]:  # channel c in group c % groups
+            return z.reshape(z.shape[0], -1, groups).transpose(0, 2, 1)
+        return z.reshape(z.shape[0], 1 if norm == "layer" else groups, -1)
 
-    def norm_backward(dh, z_hat, sigma, gamma, norm):
-        axis = 0 if norm == "batch" else 1
-        dz_hat = dh * gamma
-        dgamma, dbeta = np.sum(dh * z_hat, axis=0), np.sum(dh, axis=0)
+    def from_rows(rows, z, norm):
+        if norm == "batch":
+            return rows.T
+        if norm == "group" and bug["interleaved_groups"]:
+            return rows.transpose(0, 2, 1).reshape(z.shape)
+        return rows.reshape(z.shape)
+
+    def norm_forward(z, gamma, beta, norm, groups, eps=1e-5):
+        rows = as_rows(z, norm, groups)
+        mu = np.mean(rows, axis=-1, keepdims=True)
+        sigma = np.sqrt(np.mean((rows - mu) ** 2, axis=-1, keepdims=True) + eps)
+        z_hat = (rows - mu) / sigma
+        return gamma * from_rows(z_hat, z, norm) + beta, z_hat, sigma
+
+    def norm_backward(dh, z, z_hat, sigma, gamma, norm, groups):
+        dgamma = np.sum(dh * from_rows(z_hat, z, norm), axis=0)
+        dbeta = np.sum(dh, axis=0)
+        dz_hat = as_rows(dh * gamma, norm, groups)
         if bug["frozen"]:
-            return dz_hat / sigma, dgamma, dbeta
-        m = z_hat.shape[axis]
+            return from_rows(dz_hat / sigma, z, norm), dgamma, dbeta
+        m = z_hat.shape[-1]
         dz = (
             m * dz_hat
-            - np.sum(dz_hat, axis=axis, keepdims=True)
-            - z_hat * np.sum(dz_hat * z_hat, axis=axis, keepdims=True)
+            - np.sum(dz_hat, axis=-1, keepdims=True)
+            - z_hat * np.sum(dz_hat * z_hat, axis=-1, keepdims=True)
         ) / (m * sigma)
-        return dz, dgamma, dbeta
+        return from_rows(dz, z, norm), dgamma, dbeta
 
-    def forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch"):
-        if norm not in ("batch", "layer"):
+    def forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+        if norm not in ("batch", "layer", "group"):
             raise ValueError(norm)
         n = x.shape[0]
         z = x @ W1
-        h, z_hat, sigma = norm_forward(z, gamma, beta, norm)
+        h, z_hat, sigma = norm_forward(z, gamma, beta, norm, groups)
         a = h * (h > 0)
         s = a @ W2 + b2
         if not bug["unstable"]:
@@ -74,7 +91,7 @@ def make_model(**bugs):
         ds = (p - one_hot) * scale
         gate = z > 0 if bug["gate_z"] else h > 0
         da = ds @ W2.T
-        dz, dgamma, dbeta = norm_backward(da * gate, z_hat, sigma, gamma, norm)
+        dz, dgamma, dbeta = norm_backward(da * gate, z, z_hat, sigma, gamma, norm, groups)
         loss = np.sum(losses) * scale
         return loss, x.T @ dz, dgamma, dbeta, a.T @ ds, np.sum(ds, axis=0)
 
@@ -116,7 +133,7 @@ def make_model(**bugs):
     def predict(x, W1, gamma, beta, running_mean, running_var, W2, b2):
         z = x @ W1
         if bug["eval_batch_stats"]:
-            h = norm_forward(z, gamma, beta, "batch")[0]
+            h = norm_forward(z, gamma, beta, "batch", 1)[0]
         elif bug["eval_no_root"]:
             h = gamma * (z - running_mean) / (running_var + 1e-5) + beta
         else:
@@ -151,10 +168,14 @@ BUGS = {
 }
 
 
+# bugs that no probe names: they must still fail
+UNNAMED_BUGS = {"interleaved_groups": "GroupNorm's groups taken as every G-th channel"}
+
+
 def test_right_answers_get_full_marks():
     results = run(**make_model())
     assert failed(results) == []
-    assert sum(r.points for r in results) == 14 == tr.LAB.max_score
+    assert sum(r.points for r in results) == 16 == tr.LAB.max_score
 
 
 def test_an_optimizer_written_as_a_class_also_passes():
@@ -194,6 +215,11 @@ def test_a_bug_no_probe_names_still_fails():
     assert "a training step: loss and gradients match autograd, with BatchNorm" in failed(
         run(**dict(model, net_forward_backward=no_bias_gradient))
     )
+
+
+def test_groups_of_interleaved_channels_fail_the_groupnorm_check_only():
+    results = run(**make_model(interleaved_groups=True))
+    assert failed(results) == ["a training step: loss and gradients match autograd, with GroupNorm"]
 
 
 def test_eval_mode_that_depends_on_the_batch_fails_the_batch_of_one_case():

@@ -1,9 +1,9 @@
 """Checks for lab 08, Train with it: a small network that trains with the learner's own norms.
 
-The learner pastes their BatchNorm (lab 02) and LayerNorm (lab 03) into lab 08 and writes, in
-NumPy, a network ``x @ W1 -> norm -> ReLU -> @ W2 + b2 -> softmax cross-entropy``::
+The learner pastes their BatchNorm (lab 02), LayerNorm (lab 03) and GroupNorm (lab 05) into
+lab 08 and writes, in NumPy, a network ``x @ W1 -> norm -> ReLU -> @ W2 + b2 -> softmax cross-entropy``::
 
-    net_forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch")
+    net_forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4)
         -> (loss, dW1, dgamma, dbeta, dW2, db2)     # x: (N, D); labels: (N,) ints; W1: (D, H)
     net_sgd_step(param, grad, velocity, lr, momentum) -> (new_param, new_velocity)
     net_train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size)
@@ -12,7 +12,7 @@ NumPy, a network ``x @ W1 -> norm -> ReLU -> @ W2 + b2 -> softmax cross-entropy`
     NET_SCALE_ANSWER, NET_BATCH1_ANSWER = "a" | "b" | "c" | "d"                  # problems 1, 2
 
 The oracle is the same network in PyTorch float64 (``F.batch_norm``, ``F.layer_norm``,
-``F.cross_entropy``, autograd and ``torch.optim.SGD``) on the same small fixed arrays: the
+``F.group_norm``, ``F.cross_entropy``, autograd and ``torch.optim.SGD``) on the same small fixed arrays: the
 grader needs no data set, and no check depends on an accuracy or a time.
 """
 
@@ -46,24 +46,43 @@ STEP_NAMES = ("new_param", "new_velocity")
 # ----------------------------------------------------------------------------- oracle
 
 
-def _norm(z, gamma, beta, norm, constant_statistics=False):
+def _norm(z, gamma, beta, norm, groups=4, constant_statistics=False):
     """The hidden layer's norm in torch: the library's, or by hand with frozen statistics."""
     import torch.nn.functional as F
 
-    if norm not in ("batch", "layer"):
-        raise ValueError(f"norm must be 'batch' or 'layer', not {norm!r}")
+    if norm not in ("batch", "layer", "group"):
+        raise ValueError(f"norm must be 'batch', 'layer' or 'group', not {norm!r}")
     if not constant_statistics:
         if norm == "batch":
             return F.batch_norm(z, None, None, gamma, beta, training=True, eps=EPS)
-        return F.layer_norm(z, (z.shape[1],), gamma, beta, eps=EPS)
-    axis = 0 if norm == "batch" else 1
-    mean = z.mean(axis, keepdim=True).detach()
-    var = z.var(axis, unbiased=False, keepdim=True).detach()
-    return gamma * (z - mean) / (var + EPS).sqrt() + beta
+        if norm == "layer":
+            return F.layer_norm(z, (z.shape[1],), gamma, beta, eps=EPS)
+        return F.group_norm(z, groups, gamma, beta, eps=EPS)
+    if norm == "batch":
+        rows = z
+        axis = 0
+    else:
+        rows = z.reshape(len(z), 1 if norm == "layer" else groups, -1)
+        axis = -1
+    mean = rows.mean(axis, keepdim=True).detach()
+    var = rows.var(axis, unbiased=False, keepdim=True).detach()
+    return gamma * ((rows - mean) / (var + EPS).sqrt()).reshape(z.shape) + beta
 
 
 def _network(
-    x, labels, W1, gamma, beta, W2, b2, norm="batch", *, reduction="mean", frozen=False, gate="h"
+    x,
+    labels,
+    W1,
+    gamma,
+    beta,
+    W2,
+    b2,
+    norm="batch",
+    groups=4,
+    *,
+    reduction="mean",
+    frozen=False,
+    gate="h",
 ):
     """(loss, dW1, dgamma, dbeta, dW2, db2) of the network, by autograd in float64.
 
@@ -78,7 +97,7 @@ def _network(
     params = [tensor64(p, requires_grad=True) for p in (W1, gamma, beta, W2, b2)]
     w1, g, b, w2, c = params
     z = tensor64(x) @ w1
-    h = _norm(z, g, b, norm, constant_statistics=frozen)
+    h = _norm(z, g, b, norm, groups, constant_statistics=frozen)
     if gate == "z":
         a = h.clamp(min=0).detach() + (h - h.detach()) * (z > 0).to(h.dtype)
     else:
@@ -89,8 +108,8 @@ def _network(
     return (float(loss.detach()), *(p.grad.numpy() for p in params))
 
 
-def oracle_grads(x, labels, W1, gamma, beta, W2, b2, norm="batch"):
-    return _network(x, labels, W1, gamma, beta, W2, b2, norm)
+def oracle_grads(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+    return _network(x, labels, W1, gamma, beta, W2, b2, norm, groups)
 
 
 def oracle_sgd_step(param, grad, velocity, lr, momentum):
@@ -156,17 +175,17 @@ def oracle_predict(x, W1, gamma, beta, running_mean, running_var, W2, b2):
 
 
 def _grads_variant(**mistake):
-    def compute(x, labels, W1, gamma, beta, W2, b2, norm="batch"):
-        return _network(x, labels, W1, gamma, beta, W2, b2, norm, **mistake)
+    def compute(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+        return _network(x, labels, W1, gamma, beta, W2, b2, norm, groups, **mistake)
 
     return compute
 
 
-def _unstable_softmax(x, labels, W1, gamma, beta, W2, b2, norm="batch"):
+def _unstable_softmax(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
     """The loss and gradients of exp(logits) / sum(exp(logits)) without subtracting the max."""
-    result = _network(x, labels, W1, gamma, beta, W2, b2, norm)
+    result = _network(x, labels, W1, gamma, beta, W2, b2, norm, groups)
     z = tensor64(x) @ tensor64(W1)
-    h = _norm(z, tensor64(gamma), tensor64(beta), norm).clamp(min=0)
+    h = _norm(z, tensor64(gamma), tensor64(beta), norm, groups).clamp(min=0)
     logits = (h @ tensor64(W2) + tensor64(b2)).numpy()
     with np.errstate(all="ignore"):
         overflow = not np.all(np.isfinite(np.exp(logits)))
@@ -425,6 +444,19 @@ def grads_layernorm(sub):
     rng = np.random.default_rng(81)
     data = network(rng, n=10)
     GRADS.expect(sub, Args(*data, norm="layer"), what="norm='layer', a batch of 10")
+
+
+@LAB.check(
+    "a training step: loss and gradients match autograd, with GroupNorm",
+    points=2,
+    uses=["net_forward_backward"],
+)
+def grads_groupnorm(sub):
+    rng = np.random.default_rng(86)
+    for groups in (4, 2):
+        data = network(rng, n=10)
+        args = Args(*data, norm="group", groups=groups)
+        GRADS.expect(sub, args, what=f"norm='group' with {groups} groups, a batch of 10")
 
 
 @LAB.check(
