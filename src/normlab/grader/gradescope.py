@@ -42,8 +42,9 @@ TORCH = "torch>=2.4"
 #: as pyproject.toml pins them (tests/test_lms.py keeps the two equal); the course's developer
 #: environment (JupyterLab, Sphinx, pytest, Matplotlib, ...) is not needed to grade
 REQUIREMENTS = ("numpy>=1.24",)
-#: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba)
-LAB_REQUIREMENTS = {"07_cost": ("numba>=0.60",)}
+#: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba; lab 08
+#: trains on scikit-learn's bundled digits)
+LAB_REQUIREMENTS = {"07_cost": ("numba>=0.60",), "08_training": ("scikit-learn>=1.3",)}
 
 
 class BundleError(Exception):
