@@ -252,3 +252,23 @@ def test_a_wrong_letter_gets_its_misconception(name, answer, why):
 def test_two_letters_are_told_so():
     (result,) = run(NET_BATCH1_ANSWER="a or b")
     assert not result.passed and "one letter" in result.message
+
+
+def test_the_digits_split_is_fixed_and_uses_every_image_once():
+    from sklearn.datasets import load_digits
+
+    from normlab.digits import load_split
+
+    split, again = load_split(0), load_split(0)
+    assert {name: len(y) for name, (_, y) in split.items()} == {
+        "train": 1197,
+        "valid": 300,
+        "test": 300,
+    }
+    for name in split:
+        assert np.array_equal(split[name][0], again[name][0])
+    images = load_digits().data / 16
+    pooled = np.concatenate([x for x, _ in split.values()])
+    assert sorted(map(bytes, pooled)) == sorted(map(bytes, images))  # a permutation of all
+    assert pooled.min() == 0 and pooled.max() == 1
+    assert not np.array_equal(load_split(1)["test"][0], split["test"][0])
