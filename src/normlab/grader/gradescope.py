@@ -55,8 +55,9 @@ def pinned(name: str) -> str:
 #: library; the course's developer environment (JupyterLab, Sphinx, pytest, Matplotlib, ...)
 #: is not needed to grade. Each is installed as pyproject.toml requires it (``pinned``).
 DISTRIBUTIONS = ("numpy",)
-#: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba)
-LAB_DISTRIBUTIONS = {"07_cost": ("numba",)}
+#: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba; lab 08
+#: trains on scikit-learn's bundled digits)
+LAB_DISTRIBUTIONS = {"07_cost": ("numba",), "08_training": ("scikit-learn",)}
 
 
 #: the course package the bundle copies (``src/normlab``): this file is its ``grader/gradescope.py``

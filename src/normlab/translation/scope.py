@@ -16,6 +16,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "05_group_instance",
     "06_pre_post_ln",
     "07_cost",
+    "08_training",
 )
 
 # The course's start page (Markdown, opened rendered); the Spanish one is es/START_HERE.md.

@@ -1,0 +1,574 @@
+"""Checks for lab 08, Train with it: a small network that trains with the learner's own norms.
+
+The learner pastes their BatchNorm (lab 02), LayerNorm (lab 03) and GroupNorm (lab 05) into
+lab 08 and writes, in NumPy, a network ``x @ W1 -> norm -> ReLU -> @ W2 + b2 -> softmax cross-entropy``::
+
+    net_forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4)
+        -> (loss, dW1, dgamma, dbeta, dW2, db2)     # x: (N, D); labels: (N,) ints; W1: (D, H)
+    net_sgd_step(param, grad, velocity, lr, momentum) -> (new_param, new_velocity)
+    net_train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size)
+        -> (losses, running_mean, running_var, W1, gamma, beta, W2, b2)  # trained, SGD+momentum
+    net_predict(x, W1, gamma, beta, running_mean, running_var, W2, b2) -> logits  # eval mode
+    NET_SCALE_ANSWER, NET_BATCH1_ANSWER = "a" | "b" | "c" | "d"                  # problems 1, 2
+
+The oracle is the same network in PyTorch float64 (``F.batch_norm``, ``F.layer_norm``,
+``F.group_norm``, ``F.cross_entropy``, autograd and ``torch.optim.SGD``) on the same small fixed arrays: the
+grader needs no data set, and no check depends on an accuracy or a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.core import CheckFailed, Lab
+from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+from normlab.grader.probes import Probe, array_of, expect_choice
+
+LAB = Lab(
+    stem="08_training",
+    title="Train with it",
+    forbidden={
+        "net_forward_backward": LIBRARY_NORMS + AUTOGRAD,
+        "net_sgd_step": LIBRARY_NORMS + AUTOGRAD,
+        "net_train": LIBRARY_NORMS + AUTOGRAD,
+        "net_predict": LIBRARY_NORMS,
+    },
+)
+
+EPS = 1e-5
+BN_MOMENTUM = 0.1  # the running statistics' momentum (PyTorch's default and convention)
+GRAD_NAMES = ("loss", "dW1", "dgamma", "dbeta", "dW2", "db2")
+TRAIN_NAMES = ("losses", "running_mean", "running_var", "W1", "gamma", "beta", "W2", "b2")
+STEP_NAMES = ("new_param", "new_velocity")
+
+
+# ----------------------------------------------------------------------------- oracle
+
+
+def _norm(z, gamma, beta, norm, groups=4, constant_statistics=False):
+    """The hidden layer's norm in torch: the library's, or by hand with frozen statistics."""
+    import torch.nn.functional as F
+
+    if norm not in ("batch", "layer", "group"):
+        raise ValueError(f"norm must be 'batch', 'layer' or 'group', not {norm!r}")
+    if not constant_statistics:
+        if norm == "batch":
+            return F.batch_norm(z, None, None, gamma, beta, training=True, eps=EPS)
+        if norm == "layer":
+            return F.layer_norm(z, (z.shape[1],), gamma, beta, eps=EPS)
+        return F.group_norm(z, groups, gamma, beta, eps=EPS)
+    if norm == "batch":
+        rows = z
+        axis = 0
+    else:
+        rows = z.reshape(len(z), 1 if norm == "layer" else groups, -1)
+        axis = -1
+    mean = rows.mean(axis, keepdim=True).detach()
+    var = rows.var(axis, unbiased=False, keepdim=True).detach()
+    return gamma * ((rows - mean) / (var + EPS).sqrt()).reshape(z.shape) + beta
+
+
+def _network(
+    x,
+    labels,
+    W1,
+    gamma,
+    beta,
+    W2,
+    b2,
+    norm="batch",
+    groups=4,
+    *,
+    reduction="mean",
+    frozen=False,
+    gate="h",
+):
+    """(loss, dW1, dgamma, dbeta, dW2, db2) of the network, by autograd in float64.
+
+    Args:
+        frozen: treat the norm's mean and variance as constants in the backward pass.
+        gate: "h" (right: ReLU's gradient where its input h > 0) or "z" (where z = x @ W1 > 0).
+        reduction: "mean" (right) or "sum" of the per-example losses.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    params = [tensor64(p, requires_grad=True) for p in (W1, gamma, beta, W2, b2)]
+    w1, g, b, w2, c = params
+    z = tensor64(x) @ w1
+    h = _norm(z, g, b, norm, groups, constant_statistics=frozen)
+    if gate == "z":
+        a = h.clamp(min=0).detach() + (h - h.detach()) * (z > 0).to(h.dtype)
+    else:
+        a = h.clamp(min=0)
+    logits = a @ w2 + c
+    loss = F.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.long), reduction=reduction)
+    loss.backward()
+    return (float(loss.detach()), *(p.grad.numpy() for p in params))
+
+
+def oracle_grads(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+    return _network(x, labels, W1, gamma, beta, W2, b2, norm, groups)
+
+
+def oracle_sgd_step(param, grad, velocity, lr, momentum):
+    """One step of ``torch.optim.SGD`` from a given momentum buffer: (param, buffer) after it."""
+    import torch
+
+    p = tensor64(param, requires_grad=True)
+    optimizer = torch.optim.SGD([p], lr=lr, momentum=momentum)
+    p.grad = tensor64(grad)
+    optimizer.state[p]["momentum_buffer"] = tensor64(velocity).clone()
+    optimizer.step()
+    return p.detach().numpy(), optimizer.state[p]["momentum_buffer"].numpy()
+
+
+def _batch(x, labels, step, batch_size, same_batch=False):
+    start = 0 if same_batch else step * batch_size
+    if start + batch_size > len(x):
+        raise ValueError("not enough rows for that many steps")
+    return x[start : start + batch_size], labels[start : start + batch_size]
+
+
+def oracle_train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size):
+    """PyTorch trains the BatchNorm network: F.batch_norm keeps the running statistics."""
+    import torch
+    import torch.nn.functional as F
+
+    params = [tensor64(p, requires_grad=True) for p in (W1, gamma, beta, W2, b2)]
+    w1, g, b, w2, c = params
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    running_mean = torch.zeros(W1.shape[1], dtype=torch.float64)
+    running_var = torch.ones(W1.shape[1], dtype=torch.float64)
+    losses = []
+    for step in range(steps):
+        xb, yb = _batch(x, labels, step, batch_size)
+        optimizer.zero_grad()
+        h = F.batch_norm(tensor64(xb) @ w1, running_mean, running_var, g, b, True, BN_MOMENTUM, EPS)
+        logits = h.clamp(min=0) @ w2 + c
+        loss = F.cross_entropy(logits, torch.as_tensor(yb, dtype=torch.long))
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    trained = (p.detach().numpy() for p in params)
+    return np.array(losses), running_mean.numpy(), running_var.numpy(), *trained
+
+
+def oracle_predict(x, W1, gamma, beta, running_mean, running_var, W2, b2):
+    import torch.nn.functional as F
+
+    z = tensor64(x) @ tensor64(W1)
+    h = F.batch_norm(
+        z,
+        tensor64(running_mean),
+        tensor64(running_var),
+        tensor64(gamma),
+        tensor64(beta),
+        training=False,
+        eps=EPS,
+    )
+    return (h.clamp(min=0) @ tensor64(W2) + tensor64(b2)).numpy()
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def _grads_variant(**mistake):
+    def compute(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+        return _network(x, labels, W1, gamma, beta, W2, b2, norm, groups, **mistake)
+
+    return compute
+
+
+def _unstable_softmax(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+    """The loss and gradients of exp(logits) / sum(exp(logits)) without subtracting the max."""
+    result = _network(x, labels, W1, gamma, beta, W2, b2, norm, groups)
+    z = tensor64(x) @ tensor64(W1)
+    h = _norm(z, tensor64(gamma), tensor64(beta), norm, groups).clamp(min=0)
+    logits = (h @ tensor64(W2) + tensor64(b2)).numpy()
+    with np.errstate(all="ignore"):
+        overflow = not np.all(np.isfinite(np.exp(logits)))
+    if not overflow:
+        return result
+    nan = float("nan")
+    return (nan, *(np.full_like(np.asarray(item), nan) for item in result[1:]))
+
+
+GRADS_PROBES = [
+    Probe(
+        "loss summed over the batch",
+        "This matches the loss summed over the examples instead of averaged: every gradient is "
+        "N times too large. Divide the loss and dlogits by the batch size N.",
+        _grads_variant(reduction="sum"),
+    ),
+    Probe(
+        "norm's statistics treated as constants",
+        "This matches a backward pass that treats the norm's mean and variance as constants "
+        "(dz = dh * gamma / sqrt(var + eps)). They depend on z too: pass dh through your "
+        "norm's own backward function.",
+        _grads_variant(frozen=True),
+    ),
+    Probe(
+        "ReLU gated on z",
+        "This matches a ReLU gradient taken where z = x @ W1 is positive. The ReLU acts on the "
+        "norm's output h: its gradient is dh * (h > 0).",
+        _grads_variant(gate="z"),
+    ),
+    Probe(
+        "softmax without subtracting the max",
+        "This overflows like exp(logits) without first subtracting each row's largest logit: "
+        "exp(750) is inf in float64. Subtract logits.max(axis=1, keepdims=True) first; the "
+        "softmax does not change.",
+        _unstable_softmax,
+    ),
+]
+
+
+def _sgd_variant(kind):
+    def compute(param, grad, velocity, lr, momentum):
+        if kind == "dampened":
+            new_velocity = momentum * velocity + (1 - momentum) * grad
+            return param - lr * new_velocity, new_velocity
+        if kind == "lr inside":
+            new_velocity = momentum * velocity + lr * grad
+            return param - new_velocity, new_velocity
+        if kind == "old velocity":
+            return param - lr * velocity, momentum * velocity + grad
+        if kind == "negative":
+            new_velocity = momentum * velocity - grad
+            return param + lr * new_velocity, new_velocity
+        raise ValueError(kind)
+
+    return compute
+
+
+SGD_PROBES = [
+    Probe(
+        "velocity dampened",
+        "This matches velocity = momentum * velocity + (1 - momentum) * grad. PyTorch's SGD "
+        "adds the whole gradient: velocity = momentum * velocity + grad.",
+        _sgd_variant("dampened"),
+    ),
+    Probe(
+        "learning rate inside the velocity",
+        "This matches velocity = momentum * velocity + lr * grad, param - velocity. The lab uses "
+        "PyTorch's convention: the velocity holds gradients, and lr multiplies it in the update.",
+        _sgd_variant("lr inside"),
+    ),
+    Probe(
+        "update with the old velocity",
+        "This steps with the velocity from before this gradient was added. Update the velocity "
+        "first, then step with the new one.",
+        _sgd_variant("old velocity"),
+    ),
+    Probe(
+        "velocity with the opposite sign",
+        "This stores velocity = momentum * velocity - grad and adds it. The step is right, but "
+        "the lab asks for PyTorch's velocity, which has the gradient's sign.",
+        _sgd_variant("negative"),
+    ),
+]
+
+
+def _train_variant(sgd="pytorch", statistics="pytorch", same_batch=False):
+    """net_train with one mistake, written with a hand-made update (the oracle uses the optimizer).
+
+    Args:
+        sgd: "pytorch" or "no momentum" (plain SGD: momentum ignored).
+        statistics: "pytorch", "biased" (running_var averages the biased variance) or "none".
+        same_batch: every step trains on the first batch.
+    """
+
+    def compute(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size):
+        import torch
+        import torch.nn.functional as F
+
+        params = [tensor64(p, requires_grad=True) for p in (W1, gamma, beta, W2, b2)]
+        w1, g, b, w2, c = params
+        velocities = [torch.zeros_like(p) for p in params]
+        running_mean, running_var = np.zeros(W1.shape[1]), np.ones(W1.shape[1])
+        losses = []
+        for step in range(steps):
+            xb, yb = _batch(x, labels, step, batch_size, same_batch)
+            z = tensor64(xb) @ w1
+            h = F.batch_norm(z, None, None, g, b, training=True, eps=EPS)
+            loss = F.cross_entropy(h.clamp(min=0) @ w2 + c, torch.as_tensor(yb).long())
+            loss.backward()
+            zn = z.detach().numpy()
+            ddof = 0 if statistics == "biased" else 1
+            if statistics != "none":
+                running_mean = (1 - BN_MOMENTUM) * running_mean + BN_MOMENTUM * zn.mean(axis=0)
+                running_var = (1 - BN_MOMENTUM) * running_var + BN_MOMENTUM * zn.var(
+                    axis=0, ddof=ddof
+                )
+            mu = 0.0 if sgd == "no momentum" else momentum
+            with torch.no_grad():
+                for p, v in zip(params, velocities, strict=True):
+                    v.mul_(mu).add_(p.grad)
+                    p.sub_(lr * v)
+                    p.grad = None
+            losses.append(float(loss.detach()))
+        trained = (p.detach().numpy() for p in params)
+        return np.array(losses), running_mean, running_var, *trained
+
+    return compute
+
+
+TRAIN_PROBES = [
+    Probe(
+        "momentum ignored",
+        "This matches plain SGD (param -= lr * grad): the losses agree on the first two steps, "
+        "then part. Keep one velocity per parameter across steps and step with "
+        "net_sgd_step(param, grad, velocity, lr, momentum).",
+        _train_variant(sgd="no momentum"),
+    ),
+    Probe(
+        "running variance stored biased",
+        "running_var matches an average of the biased batch variance. The losses are right; "
+        "the running average stores the unbiased variance (divide by n - 1), as your lab 02 "
+        "batchnorm_forward does.",
+        _train_variant(statistics="biased"),
+    ),
+    Probe(
+        "running statistics never updated",
+        "running_mean and running_var are still 0 and 1: the training steps never updated "
+        "them. Call batchnorm_forward in training mode and keep the statistics it returns.",
+        _train_variant(statistics="none"),
+    ),
+    Probe(
+        "the same batch every step",
+        "These losses match training on the first batch at every step. Step t trains on rows "
+        "t * batch_size to (t + 1) * batch_size.",
+        _train_variant(same_batch=True),
+    ),
+]
+
+
+def _predict_variant(kind):
+    def compute(x, W1, gamma, beta, running_mean, running_var, W2, b2):
+        import torch.nn.functional as F
+
+        z = tensor64(x) @ tensor64(W1)
+        g, b = tensor64(gamma), tensor64(beta)
+        if kind == "batch statistics":
+            if len(x) < 2:
+                raise ValueError("torch refuses batch statistics of one row")
+            h = F.batch_norm(z, None, None, g, b, training=True, eps=EPS)
+        elif kind == "no square root":
+            h = g * (z - tensor64(running_mean)) / (tensor64(running_var) + EPS) + b
+        else:
+            raise ValueError(kind)
+        return (h.clamp(min=0) @ tensor64(W2) + tensor64(b2)).numpy()
+
+    return compute
+
+
+PREDICT_PROBES = [
+    Probe(
+        "eval mode with batch statistics",
+        "This matches BatchNorm in training mode: it normalizes with the statistics of the "
+        "batch it is given. At prediction time call batchnorm_forward with training=False, so "
+        "that it uses running_mean and running_var.",
+        _predict_variant("batch statistics"),
+    ),
+    Probe(
+        "running variance without the square root",
+        "This divides by running_var + eps instead of sqrt(running_var + eps).",
+        _predict_variant("no square root"),
+    ),
+]
+
+# Every probe of the lab, by the learner's function whose arguments its compute takes.
+PROBES = {
+    "net_forward_backward": GRADS_PROBES,
+    "net_sgd_step": SGD_PROBES,
+    "net_train": TRAIN_PROBES,
+    "net_predict": PREDICT_PROBES,
+}
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def network(rng, inputs=12, hidden=8, classes=5, n=24):
+    """A small classification problem and a network's parameters, all float64 but the labels.
+
+    Returns:
+        (x, labels, W1, gamma, beta, W2, b2): x (n, inputs) with per-feature offsets and scales
+        (as pixel intensities have), labels (n,) int64 in [0, classes), W1 (inputs, hidden),
+        gamma, beta (hidden,), W2 (hidden, classes), b2 (classes,).
+    """
+    x = rng.normal(size=(n, inputs)) * rng.uniform(0.5, 3, inputs) + rng.uniform(-2, 2, inputs)
+    labels = rng.integers(0, classes, size=n)
+    W1 = rng.normal(size=(inputs, hidden)) / np.sqrt(inputs)
+    gamma, beta = rng.normal(1.0, 0.3, hidden), rng.normal(0.2, 0.3, hidden)
+    W2 = rng.normal(size=(hidden, classes)) / np.sqrt(hidden)
+    b2 = rng.normal(0, 0.3, classes)
+    return x, labels, W1, gamma, beta, W2, b2
+
+
+GRADS = Graded(
+    "net_forward_backward",
+    oracle=oracle_grads,
+    probes=GRADS_PROBES,
+    items=GRAD_NAMES,
+    options={"kinds": ("ndarray", "scalar")},
+)
+SGD = Graded("net_sgd_step", oracle=oracle_sgd_step, probes=SGD_PROBES, items=STEP_NAMES)
+TRAIN = Graded("net_train", oracle=oracle_train, probes=TRAIN_PROBES, items=TRAIN_NAMES)
+PREDICT = Graded("net_predict", oracle=oracle_predict, probes=PREDICT_PROBES)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+@LAB.check(
+    "a training step: loss and gradients match autograd, with BatchNorm",
+    points=3,
+    uses=["net_forward_backward"],
+)
+def grads_batchnorm(sub):
+    rng = np.random.default_rng(80)
+    for n in (24, 7):
+        data = network(rng, n=n)
+        GRADS.expect(sub, Args(*data, norm="batch"), what=f"norm='batch', a batch of {n}")
+
+
+@LAB.check(
+    "a training step: loss and gradients match autograd, with LayerNorm",
+    points=2,
+    uses=["net_forward_backward"],
+)
+def grads_layernorm(sub):
+    rng = np.random.default_rng(81)
+    data = network(rng, n=10)
+    GRADS.expect(sub, Args(*data, norm="layer"), what="norm='layer', a batch of 10")
+
+
+@LAB.check(
+    "a training step: loss and gradients match autograd, with GroupNorm",
+    points=2,
+    uses=["net_forward_backward"],
+)
+def grads_groupnorm(sub):
+    rng = np.random.default_rng(86)
+    for groups in (4, 2):
+        data = network(rng, n=10)
+        args = Args(*data, norm="group", groups=groups)
+        GRADS.expect(sub, args, what=f"norm='group' with {groups} groups, a batch of 10")
+
+
+@LAB.check(
+    "a training step stays finite with large logits", points=1, uses=["net_forward_backward"]
+)
+def grads_large_logits(sub):
+    rng = np.random.default_rng(82)
+    *data, b2 = network(rng, n=12)
+    # logits near 750: exp overflows there, while their differences (and the loss) stay small
+    args = Args(*data, b2 + 750.0, norm="batch")
+    GRADS.expect(sub, args, what="logits near 750 (b2 + 750), a batch of 12")
+
+
+@LAB.check("SGD with momentum: one step as torch.optim.SGD", points=1, uses=["net_sgd_step"])
+def sgd_step(sub):
+    rng = np.random.default_rng(83)
+    param, grad, velocity = rng.normal(size=(3, 4, 5))
+    SGD.expect(sub, Args(param, grad, velocity, 0.3, 0.9), what="lr = 0.3 and momentum = 0.9")
+
+
+@LAB.check(
+    "5 training steps: losses, running statistics and weights match PyTorch",
+    points=3,
+    uses=["net_train"],
+)
+def train_k_steps(sub):
+    rng = np.random.default_rng(84)
+    for lr, momentum, steps, batch_size in [(0.5, 0.9, 5, 6), (0.2, 0.5, 3, 8)]:
+        data = network(rng, n=32)
+        args = Args(*data, lr, momentum, steps, batch_size)
+        what = f"lr = {lr}, momentum = {momentum}, {steps} steps of batch {batch_size}"
+        TRAIN.expect(sub, args, what=what)
+
+
+@LAB.check("eval mode uses the running statistics, also at batch 1", points=2, uses=["net_predict"])
+def predict_eval(sub):
+    rng = np.random.default_rng(85)
+    x, _, W1, gamma, beta, W2, b2 = network(rng, n=9)
+    running_mean = rng.normal(0, 1, W1.shape[1])
+    running_var = rng.uniform(0.2, 3, W1.shape[1])
+    stats = (running_mean, running_var)
+    PREDICT.expect(sub, Args(x, W1, gamma, beta, *stats, W2, b2), what="a batch of 9")
+    one = PREDICT.expect(sub, Args(x[:1], W1, gamma, beta, *stats, W2, b2), what="a batch of 1")
+    whole = array_of(sub.call("net_predict", x, W1, gamma, beta, *stats, W2, b2), "net_predict")
+    alone = array_of(one, "net_predict")
+    if whole.shape[:1] != (9,) or not np.allclose(whole[:1], alone, rtol=1e-9, atol=1e-9):
+        raise CheckFailed(
+            "net_predict: the logits of row 0 change when the other rows of the batch change. "
+            "In eval mode each example's prediction must depend on that example only."
+        )
+
+
+# ----------------------------------------------------------------------------- problems
+
+
+NET_SCALE_WHY = {
+    "a": (
+        "Multiply W1 by c and BatchNorm divides z by c again: the loss is unchanged, so its "
+        "gradient cannot grow with c. Differentiate L(c W1) = L(W1) with respect to W1."
+    ),
+    "c": (
+        "The loss is unchanged by c, but its gradient is not: differentiating L(c W1) = L(W1) "
+        "gives a gradient that scales as 1/c, so the step size does depend on the weights' scale."
+    ),
+    "d": (
+        "Scale invariance makes the gradient orthogonal to W1, not zero: W1 keeps learning its "
+        "direction, and the digits network trains with its weights."
+    ),
+}
+
+
+@LAB.check(
+    "problem 1: what BatchNorm's scale invariance does to a step (multiple choice)",
+    points=1,
+    uses=["NET_SCALE_ANSWER"],
+)
+def problem_scale(sub):
+    expect_choice(
+        sub.get("NET_SCALE_ANSWER"),
+        "b",
+        what="NET_SCALE_ANSWER",
+        hint="Write L(c W1) = L(W1) and differentiate both sides with respect to W1.",
+        why=NET_SCALE_WHY,
+    )
+
+
+NET_BATCH1_WHY = {
+    "a": (
+        "One value's mean is that value itself, and its variance is 0: the normalized feature "
+        "is 0 for every image, whatever the image, so nothing of the running statistics is kept."
+    ),
+    "c": (
+        "The variance is 0, but eps is inside the root: the norm divides 0 by sqrt(eps), which "
+        "is finite. The output is finite; it just ignores the image."
+    ),
+    "d": (
+        "Re-estimated statistics can undo a shift when the batch holds many images of the "
+        "shifted distribution; one image's own statistics remove the image itself."
+    ),
+}
+
+
+@LAB.check(
+    "problem 2: test-batch statistics with a batch of one (multiple choice)",
+    points=1,
+    uses=["NET_BATCH1_ANSWER"],
+)
+def problem_batch1(sub):
+    expect_choice(
+        sub.get("NET_BATCH1_ANSWER"),
+        "b",
+        what="NET_BATCH1_ANSWER",
+        hint="Compute the mean and the variance of one number, then normalize it.",
+        why=NET_BATCH1_WHY,
+    )

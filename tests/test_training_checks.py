@@ -1,0 +1,274 @@
+"""The training lab's checks: right code passes; each known bug fails WITH its hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import told
+
+from normlab.grader import notebook
+from normlab.grader.checks import training as tr
+
+HINTS = {
+    probe.name: probe.hint
+    for probes in (tr.GRADS_PROBES, tr.SGD_PROBES, tr.TRAIN_PROBES, tr.PREDICT_PROBES)
+    for probe in probes
+}
+
+
+def run(**functions):
+    _, results = notebook.run(lab="08_training", **functions)
+    return results
+
+
+def failed(results) -> list[str]:
+    return [r.name for r in results if not r.passed]
+
+
+# ----------------------------------------------------------------------------- a model
+# Written here, independently of the solution notebook and of the checks' torch oracle: a
+# network whose every known bug is a switch, all off for the right answer.
+
+
+def make_model(**bugs):
+    bug = {name: bugs.get(name, False) for name in (*BUGS, *UNNAMED_BUGS)}
+    unknown = set(bugs) - set(bug)
+    assert not unknown, unknown
+
+    def as_rows(z, norm, groups):
+        # the values each statistic averages, along the last axis: (C, N) for BatchNorm,
+        # (N, G, C / G) for GroupNorm, (N, 1, C) for LayerNorm
+        if norm == "batch":
+            return z.T
+        if norm == "group" and bug["interleaved_groups"]:  # channel c in group c % groups
+            return z.reshape(z.shape[0], -1, groups).transpose(0, 2, 1)
+        return z.reshape(z.shape[0], 1 if norm == "layer" else groups, -1)
+
+    def from_rows(rows, z, norm):
+        if norm == "batch":
+            return rows.T
+        if norm == "group" and bug["interleaved_groups"]:
+            return rows.transpose(0, 2, 1).reshape(z.shape)
+        return rows.reshape(z.shape)
+
+    def norm_forward(z, gamma, beta, norm, groups, eps=1e-5):
+        rows = as_rows(z, norm, groups)
+        mu = np.mean(rows, axis=-1, keepdims=True)
+        sigma = np.sqrt(np.mean((rows - mu) ** 2, axis=-1, keepdims=True) + eps)
+        z_hat = (rows - mu) / sigma
+        return gamma * from_rows(z_hat, z, norm) + beta, z_hat, sigma
+
+    def norm_backward(dh, z, z_hat, sigma, gamma, norm, groups):
+        dgamma = np.sum(dh * from_rows(z_hat, z, norm), axis=0)
+        dbeta = np.sum(dh, axis=0)
+        dz_hat = as_rows(dh * gamma, norm, groups)
+        if bug["frozen"]:
+            return from_rows(dz_hat / sigma, z, norm), dgamma, dbeta
+        m = z_hat.shape[-1]
+        dz = (
+            m * dz_hat
+            - np.sum(dz_hat, axis=-1, keepdims=True)
+            - z_hat * np.sum(dz_hat * z_hat, axis=-1, keepdims=True)
+        ) / (m * sigma)
+        return from_rows(dz, z, norm), dgamma, dbeta
+
+    def forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
+        if norm not in ("batch", "layer", "group"):
+            raise ValueError(norm)
+        n = x.shape[0]
+        z = x @ W1
+        h, z_hat, sigma = norm_forward(z, gamma, beta, norm, groups)
+        a = h * (h > 0)
+        s = a @ W2 + b2
+        if not bug["unstable"]:
+            s = s - np.max(s, axis=1, keepdims=True)
+        with np.errstate(all="ignore"):
+            e = np.exp(s)
+            p = e / np.sum(e, axis=1, keepdims=True)
+            losses = -np.log(p[np.arange(n), labels])
+        one_hot = np.eye(W2.shape[1])[labels]
+        scale = 1.0 if bug["summed"] else 1.0 / n
+        ds = (p - one_hot) * scale
+        gate = z > 0 if bug["gate_z"] else h > 0
+        da = ds @ W2.T
+        dz, dgamma, dbeta = norm_backward(da * gate, z, z_hat, sigma, gamma, norm, groups)
+        loss = np.sum(losses) * scale
+        return loss, x.T @ dz, dgamma, dbeta, a.T @ ds, np.sum(ds, axis=0)
+
+    def sgd_step(param, grad, velocity, lr, momentum):
+        if bug["dampened"]:
+            v = momentum * velocity + (1 - momentum) * grad
+            return param - lr * v, v
+        if bug["lr_inside"]:
+            v = momentum * velocity + lr * grad
+            return param - v, v
+        if bug["old_velocity"]:
+            return param - lr * velocity, momentum * velocity + grad
+        if bug["negative"]:
+            v = momentum * velocity - grad
+            return param + lr * v, v
+        v = momentum * velocity + grad
+        return param - lr * v, v
+
+    def train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size):
+        params = [np.array(p, dtype=float) for p in (W1, gamma, beta, W2, b2)]
+        velocity = [np.zeros_like(p) for p in params]
+        hidden = W1.shape[1]
+        mean, var = np.zeros(hidden), np.ones(hidden)
+        losses = np.zeros(steps)
+        mu = 0.0 if bug["no_momentum"] else momentum
+        for t in range(steps):
+            first = 0 if bug["same_batch"] else t * batch_size
+            xb, yb = x[first : first + batch_size], labels[first : first + batch_size]
+            z = xb @ params[0]
+            if not bug["stats_frozen"]:
+                ddof = 0 if bug["stats_biased"] else 1
+                mean = 0.9 * mean + 0.1 * z.mean(axis=0)
+                var = 0.9 * var + 0.1 * z.var(axis=0, ddof=ddof)
+            losses[t], *grads = forward_backward(xb, yb, *params)
+            for i in range(len(params)):
+                params[i], velocity[i] = sgd_step(params[i], grads[i], velocity[i], lr, mu)
+        return (losses, mean, var, *params)
+
+    def predict(x, W1, gamma, beta, running_mean, running_var, W2, b2):
+        z = x @ W1
+        if bug["eval_batch_stats"]:
+            h = norm_forward(z, gamma, beta, "batch", 1)[0]
+        elif bug["eval_no_root"]:
+            h = gamma * (z - running_mean) / (running_var + 1e-5) + beta
+        else:
+            h = gamma * (z - running_mean) / np.sqrt(running_var + 1e-5) + beta
+        return np.maximum(h, 0) @ W2 + b2
+
+    return {
+        "net_forward_backward": forward_backward,
+        "net_sgd_step": sgd_step,
+        "net_train": train,
+        "net_predict": predict,
+        "NET_SCALE_ANSWER": "b",
+        "NET_BATCH1_ANSWER": "(b) the norm outputs beta",
+    }
+
+
+BUGS = {
+    "summed": "loss summed over the batch",
+    "frozen": "norm's statistics treated as constants",
+    "gate_z": "ReLU gated on z",
+    "unstable": "softmax without subtracting the max",
+    "dampened": "velocity dampened",
+    "lr_inside": "learning rate inside the velocity",
+    "old_velocity": "update with the old velocity",
+    "negative": "velocity with the opposite sign",
+    "no_momentum": "momentum ignored",
+    "stats_biased": "running variance stored biased",
+    "stats_frozen": "running statistics never updated",
+    "same_batch": "the same batch every step",
+    "eval_batch_stats": "eval mode with batch statistics",
+    "eval_no_root": "running variance without the square root",
+}
+
+
+# bugs that no probe names: they must still fail
+UNNAMED_BUGS = {"interleaved_groups": "GroupNorm's groups taken as every G-th channel"}
+
+
+def test_right_answers_get_full_marks():
+    results = run(**make_model())
+    assert failed(results) == []
+    assert sum(r.points for r in results) == 16 == tr.LAB.max_score
+
+
+def test_an_optimizer_written_as_a_class_also_passes():
+    # another style: the model's functions called through a class, parameters as a list
+    class Net:
+        def __init__(self):
+            self.model = make_model()
+
+        def step(self, *args):
+            return self.model["net_sgd_step"](*args)
+
+    net = Net()
+    given = dict(make_model(), net_sgd_step=net.step)
+    assert failed(run(**given)) == []
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_each_bug_fails_with_its_probe_hint(bug):
+    results = run(**make_model(**{bug: True}))
+    bad = [r for r in results if not r.passed]
+    assert bad, f"{bug}: every check passed"
+    assert any(HINTS[BUGS[bug]] in told(results, r.name) for r in bad), [r.message for r in bad]
+
+
+def test_every_probe_has_a_bug_here():
+    assert set(BUGS.values()) == set(HINTS)
+
+
+def test_a_bug_no_probe_names_still_fails():
+    model = make_model()
+    right = model["net_forward_backward"]
+
+    def no_bias_gradient(*args, **kwargs):
+        loss, dW1, dgamma, dbeta, dW2, db2 = right(*args, **kwargs)
+        return loss, dW1, dgamma, dbeta, dW2, np.zeros_like(db2)
+
+    assert "a training step: loss and gradients match autograd, with BatchNorm" in failed(
+        run(**dict(model, net_forward_backward=no_bias_gradient))
+    )
+
+
+def test_groups_of_interleaved_channels_fail_the_groupnorm_check_only():
+    results = run(**make_model(interleaved_groups=True))
+    assert failed(results) == ["a training step: loss and gradients match autograd, with GroupNorm"]
+
+
+def test_eval_mode_that_depends_on_the_batch_fails_the_batch_of_one_case():
+    model = make_model()
+    right = model["net_predict"]
+
+    def centred_logits(x, *params):
+        logits = right(x, *params)
+        return logits - logits.mean(axis=0)  # one row's logits depend on the others
+
+    results = run(**dict(model, net_predict=centred_logits))
+    assert failed(results) == ["eval mode uses the running statistics, also at batch 1"]
+
+
+@pytest.mark.parametrize(
+    "name, answer, why",
+    [
+        ("NET_SCALE_ANSWER", "a", tr.NET_SCALE_WHY["a"]),
+        ("NET_SCALE_ANSWER", "d", tr.NET_SCALE_WHY["d"]),
+        ("NET_BATCH1_ANSWER", "c", tr.NET_BATCH1_WHY["c"]),
+        ("NET_BATCH1_ANSWER", "d", tr.NET_BATCH1_WHY["d"]),
+    ],
+)
+def test_a_wrong_letter_gets_its_misconception(name, answer, why):
+    results = run(**{name: answer})
+    (result,) = results
+    assert not result.passed and why in result.message
+
+
+def test_two_letters_are_told_so():
+    (result,) = run(NET_BATCH1_ANSWER="a or b")
+    assert not result.passed and "one letter" in result.message
+
+
+def test_the_digits_split_is_fixed_and_uses_every_image_once():
+    from sklearn.datasets import load_digits
+
+    from normlab.digits import load_split
+
+    split, again = load_split(0), load_split(0)
+    assert {name: len(y) for name, (_, y) in split.items()} == {
+        "train": 1197,
+        "valid": 300,
+        "test": 300,
+    }
+    for name in split:
+        assert np.array_equal(split[name][0], again[name][0])
+    images = load_digits().data / 16
+    pooled = np.concatenate([x for x, _ in split.values()])
+    assert sorted(map(bytes, pooled)) == sorted(map(bytes, images))  # a permutation of all
+    assert pooled.min() == 0 and pooled.max() == 1
+    assert not np.array_equal(load_split(1)["test"][0], split["test"][0])
