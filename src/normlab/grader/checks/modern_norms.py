@@ -297,9 +297,7 @@ def _expect_bf16(sub, args, what):
     got = array_of(out, what, kinds=TENSOR)
     expected = args.apply(oracle_policy_rmsnorm)
     if got.shape != expected.shape:
-        raise CheckFailed(
-            f"{what}: shape is {got.shape} but should be {expected.shape} (the shape of x)"
-        )
+        raise CheckFailed(f"{what}: shape is {got.shape} but should be {expected.shape}")
     if bf16_close(got, expected):
         return
     distance = bf16_ulps(got, expected)
