@@ -40,8 +40,10 @@ EPS = 1e-6
 TENSOR = ("tensor",)
 # A bfloat16 answer may differ from the oracle's by one unit in the last place (ulp) in a few
 # values: the float32 stage before the one rounding differs by ~1e-7 between right programs
-# (mean or sum / d, rsqrt or 1 / sqrt), which moves a value across a bfloat16 rounding boundary
-# about once in 65 000 values. The two cast orders differ in 25-40% of the values (demo §2).
+# (mean or sum / d, rsqrt or 1 / sqrt), which can move a value across a bfloat16 rounding
+# boundary. The two cast orders differ far more: casting first leaves 26% to 36% of the values
+# off the correctly rounded one (notebooks/09_modern_norms.ipynb, section 2), and
+# tests/test_modern_norms_checks.py asserts the margin on the checks' own inputs.
 BF16_MAX_ULPS = 1.0
 BF16_OFF_FRACTION = 0.01
 BF16_SAME = 0.01  # ulps: closer than this counts as the same value
