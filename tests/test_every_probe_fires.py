@@ -111,6 +111,15 @@ LEARNER_FORM = {
         )
     },
     **{
+        ("09_modern_norms", function): as_tensor_function
+        for function in (
+            "qknorm_attention",
+            "qknorm_grads",
+            "policy_rmsnorm_bf16",
+            "sublayer_output",
+        )
+    },
+    **{
         ("07_cost", function): as_kernel
         for function in (
             "rmsnorm_two_pass",

@@ -17,6 +17,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "06_pre_post_ln",
     "07_cost",
     "08_training",
+    "09_modern_norms",
 )
 
 # The course's start page (Markdown, opened rendered); the Spanish one is es/START_HERE.md.
