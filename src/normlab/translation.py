@@ -43,6 +43,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "05_group_instance",
     "06_pre_post_ln",
     "07_cost",
+    "10_low_precision",
 )
 
 STAMP = re.compile(r"^<!-- es: translation of (\S+) sha256=([0-9a-f]{64}) -->[ \t]*$")
