@@ -137,6 +137,18 @@ def test_bfloat16_bug_is_caught_with_its_hint(buggy, probe):
     assert HINTS["lowp_to_bfloat16"][probe] in messages(results)
 
 
+def test_bfloat16_must_be_exact_not_close():
+    # one value a single float32 step away from the right bfloat16 value: within 1e-7 relative,
+    # and not a bfloat16 value at all; the rounding is exact arithmetic, so it fails
+    def one_step_off(x):
+        y = to_bfloat16(x)
+        flat = y.reshape(-1)
+        flat[-1] = np.nextafter(flat[-1], np.float32(np.inf))
+        return y
+
+    assert "lowp_to_bfloat16" in messages(run(lowp_to_bfloat16=one_step_off))
+
+
 def test_bfloat16_in_float64_is_reported():
     results = run(lowp_to_bfloat16=lambda x: to_bfloat16(x).astype(np.float64))
     assert "dtype is float64" in messages(results)
