@@ -72,6 +72,10 @@ def rmsnorm(x, gamma, eps=1e-6):
     return (gamma.astype(np.float32) * (x32 / rms)).astype(x.dtype)
 
 
+def rmsnorm_bf16(x, gamma, eps=1e-6):
+    return to_bfloat16(rmsnorm(x, gamma, eps))
+
+
 def merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     # Weighted mean, then the M2 of the union from the deviations of each half's mean.
     count = count_a + count_b
@@ -84,6 +88,7 @@ RIGHT = {
     "lowp_to_bfloat16": to_bfloat16,
     "lowp_layernorm": layernorm,
     "lowp_rmsnorm": rmsnorm,
+    "lowp_rmsnorm_bf16": rmsnorm_bf16,
     "lowp_merge": merge,
     "LOWP_ONEPASS_ANSWER": "b",
     "LOWP_GAIN_ANSWER": "c",
@@ -93,7 +98,7 @@ RIGHT = {
 def test_right_answers_get_full_marks():
     results = run(**RIGHT)
     assert [r.message for r in results if not r.passed] == []
-    assert sum(r.points for r in results) == 16 == lp.LAB.max_score
+    assert sum(r.points for r in results) == 18 == lp.LAB.max_score
 
 
 def test_other_right_styles_get_full_marks():
@@ -255,6 +260,34 @@ def test_rmsnorm_bug_is_caught_with_its_hint(buggy, probe):
     with np.errstate(all="ignore"):
         results = run(lowp_rmsnorm=buggy)
     assert HINTS["lowp_rmsnorm"][probe] in messages(results)
+
+
+# ----------------------------------------------------------------------------- bfloat16 RMSNorm bugs
+
+
+def bf16_truncated(x, gamma, eps=1e-6):
+    return truncates(rmsnorm(x, gamma, eps))
+
+
+def bf16_twice(x, gamma, eps=1e-6):
+    x_hat = to_bfloat16(rmsnorm(x, np.ones_like(gamma), eps))
+    return to_bfloat16(x_hat * gamma)
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [(bf16_truncated, "truncated to bfloat16"), (bf16_twice, "rounded twice")],
+)
+def test_bfloat16_rmsnorm_bug_is_caught_with_its_hint(buggy, probe):
+    results = run(lowp_rmsnorm_bf16=buggy)
+    assert HINTS["lowp_rmsnorm_bf16"][probe] in messages(results)
+
+
+def test_bfloat16_rmsnorm_left_in_float32_is_told_to_round():
+    # float32 results are closer to the exact answer than any bfloat16 value: only the check
+    # that every output is a bfloat16 value catches them
+    message = messages(run(lowp_rmsnorm_bf16=rmsnorm))
+    assert "are not bfloat16 values" in message and "lowp_to_bfloat16" in message
 
 
 # ----------------------------------------------------------------------------- merge bugs

@@ -6,6 +6,7 @@ The learner writes, in NumPy::
     lowp_to_bfloat16(x) -> y                          # x: float32; y: float32 holding bfloat16 values
     lowp_layernorm(x, gamma, beta, eps=1e-5) -> y     # x: (..., d) float16 or float32; y: x's dtype
     lowp_rmsnorm(x, gamma, eps=1e-6) -> y             # x: (..., d) float16 or float32; y: x's dtype
+    lowp_rmsnorm_bf16(x, gamma, eps=1e-6) -> y        # x, y: float32 holding bfloat16 values
     lowp_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)   # float32 (N,)
     LOWP_ONEPASS_ANSWER, LOWP_GAIN_ANSWER = "a" | "b" | "c" | "d"
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.cases import F32, Args, Graded, tensor64
-from normlab.grader.core import Lab
+from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import LIBRARY_NORMS
 from normlab.grader.probes import Probe, expect_choice
 
@@ -31,6 +32,7 @@ LAB = Lab(
     forbidden={
         "lowp_layernorm": LIBRARY_NORMS,
         "lowp_rmsnorm": LIBRARY_NORMS,
+        "lowp_rmsnorm_bf16": LIBRARY_NORMS,
     },
 )
 
@@ -53,6 +55,11 @@ EXACT = {"rtol": 2.0**-30, "atol": 1e-46}
 # positive terms, so well within 2**-20 relative; atol for a mean near 0, where the term
 # delta * n_b / n carries an absolute error of 2**-24 |delta|.
 MERGE = {"rtol": 2.0**-20, "atol": 2.0**-20}
+# bfloat16 has 7 fraction bits: a float32 result rounded once to bfloat16 is within half a
+# spacing, at most 2**-8 |y|, of itself, and the float32 result is within 2**-20 |y| of the
+# exact one. Against the exact (unrounded) answer a right output is within 2**-8 + 2**-20
+# relative; truncating, or rounding twice, moves some outputs up to a whole spacing, 2**-7.
+BF16_ONCE = {"rtol": 2.0**-8 + 2.0**-20, "atol": 2.0**-30}
 
 
 # ----------------------------------------------------------------------------- oracles
@@ -236,6 +243,34 @@ RMSNORM_PROBES = [
 ]
 
 
+def _bf16_truncated(x, gamma, eps):
+    x32, gamma32 = np.asarray(x, np.float32), np.asarray(gamma, np.float32)
+    rms = np.sqrt((x32 * x32).mean(axis=-1, keepdims=True) + np.float32(eps))
+    return _truncated(x32 / rms * gamma32)
+
+
+def _bf16_rounded_twice(x, gamma, eps):
+    x32, gamma32 = np.asarray(x, np.float32), np.asarray(gamma, np.float32)
+    rms = np.sqrt((x32 * x32).mean(axis=-1, keepdims=True) + np.float32(eps))
+    return oracle_to_bfloat16(oracle_to_bfloat16(x32 / rms) * gamma32)
+
+
+RMSNORM_BF16_PROBES = [
+    Probe(
+        "truncated to bfloat16",
+        "This matches the float32 result with its low 16 bits dropped: that rounds toward zero, "
+        "up to a whole bfloat16 spacing. Round to the nearest value: your lowp_to_bfloat16.",
+        _bf16_truncated,
+    ),
+    Probe(
+        "rounded twice",
+        "This matches x / RMS rounded to bfloat16, then multiplied by gamma and rounded again: "
+        "two roundings of up to half a spacing each. Multiply by gamma in float32 and round once.",
+        _bf16_rounded_twice,
+    ),
+]
+
+
 # ----------------------------------------------------------------------------- merge probes
 
 
@@ -301,6 +336,7 @@ PROBES = {
     "lowp_to_bfloat16": BFLOAT16_PROBES,
     "lowp_layernorm": LAYERNORM_PROBES,
     "lowp_rmsnorm": RMSNORM_PROBES,
+    "lowp_rmsnorm_bf16": RMSNORM_BF16_PROBES,
     "lowp_merge": MERGE_PROBES,
 }
 
@@ -362,6 +398,9 @@ LAYERNORM = Graded(
     options={"hint": LAYERNORM_HINT},
 )
 RMSNORM = Graded("lowp_rmsnorm", oracle=oracle_rmsnorm, probes=RMSNORM_PROBES, tol=F16)
+RMSNORM_BF16 = Graded(
+    "lowp_rmsnorm_bf16", oracle=oracle_rmsnorm, probes=RMSNORM_BF16_PROBES, tol=BF16_ONCE
+)
 MERGE_FN = Graded(
     "lowp_merge",
     oracle=oracle_merge,
@@ -459,6 +498,30 @@ def rmsnorm_float32(sub):
     gamma = affine16(rng, 256)[0].astype(np.float32)
     args = Args(x, gamma, eps=RMS_EPS)
     RMSNORM.expect(sub, args, what="float32 x of shape (4, 256)", tol=F32, dtype=np.float32)
+
+
+@LAB.check(
+    "RMSNorm in bfloat16: rounded once, every output a bfloat16 value",
+    points=2,
+    uses=["lowp_rmsnorm_bf16"],
+)
+def rmsnorm_bfloat16(sub):
+    rng = np.random.default_rng(107)
+    gamma = oracle_to_bfloat16(affine16(rng, D)[0])
+    for outliers, scale in [(0, 1.0), (4, 3.0)]:
+        x = oracle_to_bfloat16(activations(rng, 2, D, 0.0, outliers, scale, dtype=np.float32))
+        what = f"bfloat16 values x of shape (2, 4096), {outliers} outlier channels"
+        out = RMSNORM_BF16.expect(
+            sub, Args(x, gamma, eps=RMS_EPS), what=what, dtype=np.float32, x=x
+        )
+        y = out.items[0].array
+        off_grid = int(np.count_nonzero(_bits(y) & np.uint32(0xFFFF)))
+        if off_grid:
+            raise CheckFailed(
+                f"lowp_rmsnorm_bf16, {what}: {off_grid} of {y.size} outputs are not bfloat16 "
+                "values (their low 16 bits are not 0). Round the float32 result once, at the "
+                "end, with your lowp_to_bfloat16."
+            )
 
 
 # ----------------------------------------------------------------------------- merge
