@@ -346,7 +346,7 @@ PROBES = {
 
 def activations(rng, n_rows, d, offset, outliers=0, scale=1.0, dtype=np.float16):
     """Rows like a transformer's activations: ``offset`` + N(0, scale), and ``outliers`` channels
-    50 times larger (the outlier features of LLM.int8(), Dettmers et al. 2022, §3.2)."""
+    50 times larger than the rest."""
     x = offset + scale * rng.normal(size=(n_rows, d))
     if outliers:
         x[:, :outliers] *= 50.0
