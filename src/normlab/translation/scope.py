@@ -18,6 +18,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "07_cost",
     "08_training",
     "09_modern_norms",
+    "10_low_precision",
 )
 
 # The course's start page (Markdown, opened rendered); the Spanish one is es/START_HERE.md.
