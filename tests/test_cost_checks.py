@@ -441,6 +441,26 @@ def test_problem_3_options_are_alike_in_length():
     assert len(options[key]) <= 1.25 * longest_distractor
 
 
+@pytest.mark.parametrize("path", ["solutions/07_cost.ipynb", "labs/07_cost.ipynb"])
+def test_every_timing_cell_prints_the_machine_state_and_is_not_compared(path):
+    """A loaded machine changes any timing: each cell that times (it calls median_seconds or
+    time.perf_counter) keeps its output out of nbval and prints the CPUs and load average."""
+    import nbformat
+    from conftest import ROOT
+
+    notebook = nbformat.read(ROOT / path, as_version=4)
+    timing = [
+        cell
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        and ("median_seconds(" in cell.source or "time.perf_counter()" in cell.source)
+    ]
+    assert len(timing) >= 3  # part 1's timing, the first call, and the fused kernels' timing
+    for cell in timing:
+        assert "nbval-ignore-output" in cell.metadata.get("tags", []), cell.source[:80]
+        assert 'print("machine:", machine_state())' in cell.source, cell.source[:80]
+
+
 # ----------------------------------------------------------------------------- counting bugs
 
 
