@@ -111,7 +111,15 @@ class ProcessTimedOut(ProcessFailed):
 
 
 class CheckFailed(Exception):
-    """Raised by a check with the message the learner reads."""
+    """Raised by a check with the message the learner reads.
+
+    ``probes``: the names of the known-wrong variants the answer matched (the ``Why:``/``Or:``
+    lines of the message), kept as data for the class report.
+    """
+
+    def __init__(self, message: str = "", probes: Sequence[str] = ()):
+        super().__init__(message)
+        self.probes = tuple(probes)
 
 
 # ----------------------------------------------------------------------------- submissions
@@ -188,6 +196,9 @@ class CheckResult:
     message: str
     #: the check itself failed (a grader bug), not the answer; not part of the JSON
     internal: bool = dataclasses.field(default=False, compare=False)
+    #: the names of the probes (known misconceptions) a failed answer matched, in the order of
+    #: the message's ``Why:``/``Or:`` lines; empty for a pass or an unexplained failure
+    probes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return {
@@ -196,6 +207,7 @@ class CheckResult:
             "max_points": self.max_points,
             "passed": self.passed,
             "message": self.message,
+            "probes": list(self.probes),
         }
 
 
@@ -300,7 +312,8 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
     try:
         check.function(submission)
     except CheckFailed as failure:
-        return CheckResult(check.name, 0, check.points, False, str(failure))
+        probes = getattr(failure, "probes", ())
+        return CheckResult(check.name, 0, check.points, False, str(failure), probes=probes)
     except SubmissionError as failure:
         message = str(failure)
         hint = hint_for_exception(message)
