@@ -1,4 +1,4 @@
-"""`normlab report`: the class report counts what a generated class was built to have.
+"""`normlab report class`: the class report counts what a generated class was built to have.
 
 The class (tests/classbuilder.py, 40 notebooks of lab 04) is graded once for the module; every
 expected number comes from how the class was built.
@@ -38,7 +38,7 @@ def graded(tmp_path_factory):
 
 
 def make_report(out, name="report", roster=True):
-    arguments = ["report", str(out / "graded.json"), str(out / name)]
+    arguments = ["report", "class", str(out / "graded.json"), str(out / name)]
     if roster:
         arguments += ["--roster", str(out / "roster.csv")]
     code, _, stderr = run_cli(arguments)

@@ -528,20 +528,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     export.set_defaults(run=_export)
 
-    class_report = commands.add_parser(
-        "report",
-        help="the class report (per check, per misconception, scores, missing) from graded JSON",
+    from normlab.grader import instructor
+
+    instructor.add_commands(
+        commands.add_parser(
+            "report",
+            help="for the instructor: the class report, the similarity report, the Canvas push",
+        )
     )
-    class_report.add_argument("results", metavar="RESULTS.json", help="normlab grade --json")
-    class_report.add_argument("out", metavar="OUTDIR", help="class-report.{json,md,html} go here")
-    class_report.add_argument("--roster", metavar="FILE.csv", help="the ids expected (a column id)")
-
-    def _class_report(args) -> int:
-        from normlab.grader import classreport
-
-        return classreport.run(args)
-
-    class_report.set_defaults(run=_class_report)
 
     labs = commands.add_parser("labs", help="generate labs/ from solutions/ (or --check staleness)")
     labs.add_argument(

@@ -1,6 +1,6 @@
 """The class report: what a class got right and wrong, from the results grading cached.
 
-``normlab report graded.json OUTDIR`` reads the JSON of ``normlab grade --json`` (or ``merge
+``normlab report class graded.json OUTDIR`` reads the JSON of ``normlab grade --json`` (or ``merge
 --json``), regrades nothing, and writes ``class-report.json`` (for scripts), ``class-report.md``
 and ``class-report.html`` (one page, its plots inlined as PNG ``data:`` URIs, no script, no
 network). Per lab: the score distribution, each check's pass rate, each known misconception
@@ -333,7 +333,7 @@ def write(results: list[SubmissionResult], out: Path, roster: list[str] | None =
 
 
 def run(args) -> int:
-    """``normlab report RESULTS.json OUTDIR [--roster FILE]``."""
+    """``normlab report class RESULTS.json OUTDIR [--roster FILE]``."""
     from normlab.grader.report import results_from_json
 
     try:
@@ -343,7 +343,7 @@ def run(args) -> int:
         results = results_from_json(payload.get("submissions"), unique=False)
         roster = read_roster(Path(args.roster)) if args.roster else None
     except (OSError, ValueError, RecursionError, csv.Error) as error:
-        print(f"normlab report: {inert.text(error)}", file=sys.stderr)
+        print(f"normlab report class: {inert.text(error)}", file=sys.stderr)
         return 2
     summary = write(results, Path(args.out), roster)
     print(
