@@ -1,4 +1,4 @@
-"""``normlab report class | similarity``: the instructor's views of a graded class.
+"""``normlab report class | similarity | canvas``: the instructor's views of a graded class.
 
 One table of sub-commands (the CLI and the docs read it); each runs a function of its own
 module, imported only when it runs.
@@ -47,3 +47,17 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     )
     similar.add_argument("--top", type=int, default=20, help="pairs shown side by side")
     similar.set_defaults(run=_run("similarity"))
+
+    canvas = kinds.add_parser(
+        "canvas",
+        help="post each student's score and a feedback comment to a Canvas assignment (REST "
+        "API; token from CANVAS_TOKEN or --token-file; reruns post nothing new)",
+    )
+    canvas.add_argument("results", metavar="RESULTS.json", help="normlab grade --json")
+    canvas.add_argument("--lab", required=True, help="the lab this assignment is")
+    canvas.add_argument("--url", required=True, help="https://canvas.example.edu")
+    canvas.add_argument("--course", required=True, help="the course's number in Canvas")
+    canvas.add_argument("--assignment", required=True, help="the assignment's number")
+    canvas.add_argument("--token-file", metavar="FILE", help="default: $CANVAS_TOKEN")
+    canvas.add_argument("--dry-run", action="store_true", help="print the requests, send none")
+    canvas.set_defaults(run=_run("canvas"))
