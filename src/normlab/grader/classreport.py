@@ -168,6 +168,7 @@ def histogram_png(lab: dict) -> bytes:
         axes.set_xlabel("score")
         axes.set_ylabel("students")
         axes.set_title(f"{lab['lab']}: scores of {lab['students']} students")
+        axes.xaxis.get_major_locator().set_params(integer=True)
         axes.yaxis.get_major_locator().set_params(integer=True)
         figure.tight_layout()
         buffer = io.BytesIO()
