@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ast
 import html.parser
+import inspect
 import itertools
 import json
+import sys
 
 import pytest
 from classbuilder import COPIES, CORRECT_FORWARD, HOSTILE_ID, build_class
@@ -107,3 +109,14 @@ def test_the_page_shows_code_and_ids_as_text(compared):
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in page
     assert "accuses nobody" in page
+
+
+def test_an_answer_too_deep_to_walk_is_left_out():
+    deep = "def f(x):\n    return " + "-" * 400 + "x\n"  # parses (C), too deep to walk here
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 150)
+    try:
+        found = similarity.answers([deep], ["f"])
+    finally:
+        sys.setrecursionlimit(limit)
+    assert found == {}

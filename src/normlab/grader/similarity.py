@@ -106,13 +106,16 @@ def answers(sources: list[str], names: list[str]) -> dict[str, list[tuple[str, s
                     body = body[1:]  # the docstring is the lab's
                 params = {a.arg for a in node.args.args + node.args.kwonlyargs}
                 local = _local_names(node)
-                found[node.name] = [
-                    (
-                        ast.get_source_segment(source, statement) or "",
-                        {f"{node.name}:{h}" for h in fingerprints(statement, params, local)},
-                    )
-                    for statement in body
-                ]
+                try:
+                    found[node.name] = [
+                        (
+                            ast.get_source_segment(source, statement) or "",
+                            {f"{node.name}:{h}" for h in fingerprints(statement, params, local)},
+                        )
+                        for statement in body
+                    ]
+                except RecursionError:  # a tree too deep to walk: nothing to compare
+                    found.pop(node.name, None)
     return found
 
 
