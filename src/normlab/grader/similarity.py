@@ -27,7 +27,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from normlab.grader import inert
+from normlab.grader import inert, trap
 
 K = 5  # tokens per fingerprint: about one short sub-expression
 # added to a pair's union: two answers that share a couple of fragments and have nothing else
@@ -92,7 +92,7 @@ def answers(sources: list[str], names: list[str]) -> dict[str, list[tuple[str, s
     found: dict[str, list[tuple[str, set[str]]]] = {}
     for source in sources:
         try:
-            tree = ast.parse(source)
+            tree = trap.parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
