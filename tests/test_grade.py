@@ -61,7 +61,7 @@ def test_json_contract_fields():
     # The contract's fields, in place; "student" was added for gradebooks (additions only).
     assert {"path", "lab", "score", "max_score", "error", "checks"} <= set(submission)
     for check in submission["checks"]:
-        assert set(check) == {"name", "points", "max_points", "passed", "message"}
+        assert set(check) == {"name", "points", "max_points", "passed", "message", "probes"}
         assert isinstance(check["passed"], bool) and isinstance(check["points"], int)
 
 

@@ -480,7 +480,7 @@ def test_grade_feedback_in_spanish_from_the_notebooks_language(graded):
     submission, feedback = graded["es"]
     assert submission["lang"] == "es"
     for check in submission["checks"]:  # the contract: its fields, English messages
-        assert set(check) == {"name", "points", "max_points", "passed", "message"}
+        assert set(check) == {"name", "points", "max_points", "passed", "message", "probes"}
     markdown = (feedback / "03_layernorm.md").read_text(encoding="utf-8")
     assert f"**Puntuación: {submission['score']} / 16**" in markdown
     assert (

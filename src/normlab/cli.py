@@ -55,7 +55,7 @@ class Either:
 @dataclasses.dataclass(frozen=True)
 class Command:
     name: str
-    run: Callable[[argparse.Namespace], int]
+    run: Callable[[argparse.Namespace], int] | None
     help: str
     #: the arguments, or a function that gives them when the parser is built (``export``'s
     #: are read from the exports' table then)
@@ -63,6 +63,9 @@ class Command:
     description: str | Callable[[], str] | None = None
     #: checks of the parsed arguments beyond argparse's: a message for ``parser.error``, or None
     validate: Callable[[argparse.Namespace], str | None] | None = None
+    #: for a command with commands of its own (``report``): adds them to its parser, each
+    #: setting its own ``run`` (``run`` above is then None)
+    build: Callable[[argparse.ArgumentParser], None] | None = None
 
 
 # ----------------------------------------------------------------------------- grade and merge
@@ -576,6 +579,12 @@ def _positive_limits(args) -> str | None:
     return None
 
 
+def _instructor():
+    from normlab.grader import instructor
+
+    return instructor
+
+
 #: every subcommand, in the order ``normlab --help`` lists them
 COMMANDS = (
     Command(
@@ -601,6 +610,13 @@ COMMANDS = (
         "gradebooks for Canvas, Moodle, a class summary; a Gradescope autograder",
         _export_arguments,
         description=exports.description,
+    ),
+    Command(
+        "report",
+        None,
+        "for the instructor: the class report, the similarity report, the Canvas push",
+        (),
+        build=lambda parser: _instructor().add_commands(parser),
     ),
     Command(
         "labs",
@@ -680,7 +696,11 @@ def parser() -> argparse.ArgumentParser:
         )
         for argument in arguments() if callable(arguments) else arguments:
             argument.add_to(sub)
-        sub.set_defaults(run=command.run, validate=command.validate)
+        if command.build is not None:
+            command.build(sub)
+            sub.set_defaults(validate=command.validate)
+        else:
+            sub.set_defaults(run=command.run, validate=command.validate)
     return top
 
 

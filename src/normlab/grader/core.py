@@ -111,7 +111,15 @@ class ProcessTimedOut(ProcessFailed):
 
 
 class CheckFailed(Exception):
-    """Raised by a check with the message the learner reads."""
+    """Raised by a check with the message the learner reads.
+
+    ``probes``: the names of the known-wrong variants the answer matched (the ``Why:``/``Or:``
+    lines of the message), kept as data for the class report.
+    """
+
+    def __init__(self, message: str = "", probes: Sequence[str] = ()):
+        super().__init__(message)
+        self.probes = tuple(probes)
 
 
 # ----------------------------------------------------------------------------- submissions
@@ -188,11 +196,19 @@ class CheckResult:
     message: str
     #: the check itself failed (a grader bug), not the answer; not part of the JSON
     internal: bool = dataclasses.field(default=False, compare=False)
+    #: the names of the probes (known misconceptions) a failed answer matched, in the order of
+    #: the message's ``Why:``/``Or:`` lines; empty for a pass or an unexplained failure
+    probes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        """The check's part of the JSON contract: every field but ``internal``, in order."""
-        fields = dataclasses.fields(self)
-        return {f.name: getattr(self, f.name) for f in fields if f.name != "internal"}
+        return {
+            "name": self.name,
+            "points": self.points,
+            "max_points": self.max_points,
+            "passed": self.passed,
+            "message": self.message,
+            "probes": list(self.probes),
+        }
 
 
 @dataclasses.dataclass
@@ -296,7 +312,8 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
     try:
         check.function(submission)
     except CheckFailed as failure:
-        return CheckResult(check.name, 0, check.points, False, str(failure))
+        probes = getattr(failure, "probes", ())
+        return CheckResult(check.name, 0, check.points, False, str(failure), probes=probes)
     except SubmissionError as failure:
         message = str(failure)
         hint = hint_for_exception(message)

@@ -149,6 +149,11 @@ def matching_probes(got, candidates, index, rtol, atol) -> list[Probe]:
     return found
 
 
+def named(probes: Sequence[Probe]) -> tuple[str, ...]:
+    """The names of the probes ``explain`` states (its ``Why:`` and ``Or:`` lines), as data."""
+    return tuple(probe.name for probe in probes[:3])
+
+
 def explain(probes: list[Probe], hint: str = "") -> str:
     """The "why" part of a message: the matching probes' hints, or the check's general hint."""
     if not probes:
@@ -301,20 +306,35 @@ def float32_precision(got: np.ndarray, expected: np.ndarray, rtol: float) -> str
 
 
 def float32_slips(got: np.ndarray, expected: np.ndarray, candidates, index, rtol: float) -> str:
-    """Probes that a float32-valued answer matches up to float32 rounding, with both reasons.
+    """Probes that a float32-valued answer matches up to float32 rounding, with both reasons
+    ("" unless ``float32_matches`` finds some)."""
+    found = float32_matches(got, expected, candidates, index, rtol)
+    if not found:
+        return ""
+    return explain(found) + (
+        "\nAnd: every value returned is a float32 number, so it matches that slip only up to "
+        "float32's rounding: the computation also runs in float32. Keep the input's dtype, "
+        "float64 here, throughout."
+    )
+
+
+def float32_matches(
+    got: np.ndarray, expected: np.ndarray, candidates, index, rtol: float
+) -> list[Probe]:
+    """Probes that a float32-valued answer matches up to float32 rounding.
 
     Code that computes in float32 AND has a known slip (llm.c's float32 LayerNorm with a
     hard-coded eps) matches neither the right answer nor the slip's probe at a float64
-    tolerance; at float32's it matches the probe. Returns "" unless that is the case.
+    tolerance; at float32's it matches the probe. Empty unless that is the case.
     """
     if rtol > 1e-5 or not np.issubdtype(got.dtype, np.floating):
-        return ""
+        return []
     got64 = got.astype(np.float64)
     finite = np.isfinite(got64)
     if not finite.any() or not np.all(
         got64[finite].astype(np.float32).astype(np.float64) == got64[finite]
     ):
-        return ""
+        return []
     rtol32, atol32 = 1e-4, 1e-4 * float(np.abs(got64[finite]).max())
     # only probes that differ from the right answer by more than float32's rounding
     telling = []
@@ -325,14 +345,7 @@ def float32_slips(got: np.ndarray, expected: np.ndarray, candidates, index, rtol
         picked = np.asarray(picked, dtype=np.float64)
         if not _close(picked, expected.astype(np.float64), rtol32, atol32):
             telling.append((probe, wrong))
-    found = matching_probes(got64, telling, index, rtol32, atol32)
-    if not found:
-        return ""
-    return explain(found) + (
-        "\nAnd: every value returned is a float32 number, so it matches that slip only up to "
-        "float32's rounding: the computation also runs in float32. Keep the input's dtype, "
-        "float64 here, throughout."
-    )
+    return matching_probes(got64, telling, index, rtol32, atol32)
 
 
 def expect_array(
@@ -375,9 +388,11 @@ def expect_array(
         return matching_probes(got64, candidates, index, rtol, atol)
 
     if got.shape != expected.shape:
+        found = matched()
         raise CheckFailed(
             f"{what}: shape is {fmt_shape(got.shape)} but should be {fmt_shape(expected.shape)}"
-            + explain(matched(), hint)
+            + explain(found, hint),
+            named(found),
         )
     if dtype is not None and got.dtype != np.dtype(dtype):
         raise CheckFailed(
@@ -388,11 +403,13 @@ def expect_array(
     nonfinite = ~np.isfinite(got64) & ~bad_expected
     if nonfinite.any():
         where = tuple(int(i) for i in np.argwhere(nonfinite)[0])
+        found = matched()
         raise CheckFailed(
             f"{what}: contains {int(nonfinite.sum())} non-finite value(s) (NaN or inf), first at "
             f"index {where} where {float(expected[where]):.6g} was expected"
             + nonfinite_where(nonfinite, x)
-            + explain(matched(), hint)
+            + explain(found, hint),
+            named(found),
         )
     with np.errstate(all="ignore"):
         abs_error = np.where(bad_expected, 0.0, np.abs(got64 - expected))
@@ -406,6 +423,7 @@ def expect_array(
     found = matched()
     why = explain(found, hint)
     if not found:
+        found = float32_matches(got, expected, candidates, index, rtol)
         why = (
             float32_slips(got, expected, candidates, index, rtol)
             or float32_precision(got, expected, rtol)
@@ -414,7 +432,8 @@ def expect_array(
     raise CheckFailed(
         f"{what}: max abs error {float(abs_error.max()):.3g}, worst at index {worst_index} "
         f"(got {float(got64[worst]):.6g}, expected {float(expected[worst]):.6g}); "
-        f"max rel error {float(rel.max()):.3g} (allowed: atol {atol:g}, rtol {rtol:g})" + why
+        f"max rel error {float(rel.max()):.3g} (allowed: atol {atol:g}, rtol {rtol:g})" + why,
+        named(found),
     )
 
 
@@ -608,5 +627,6 @@ def expect_keyed(
     found = [slip for slip in slips if number_key(function, args, slip.name, value) in keyring]
     others = "".join(f"\nOr: {slip.hint}" for slip in found[1:3])
     raise CheckFailed(
-        f"{what}: {value!r} is not right. {found[0].hint if found else hint}" + others
+        f"{what}: {value!r} is not right. {found[0].hint if found else hint}" + others,
+        tuple(slip.name for slip in found[:3]),
     )

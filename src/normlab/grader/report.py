@@ -207,15 +207,26 @@ def _field(data: dict, key: str, kind: type, optional: bool = False):
     return value
 
 
+_CHECK_FIELDS = {"name", "points", "max_points", "passed", "message"}
+
+
+def _probes_field(data: dict) -> tuple[str, ...]:
+    """A check's ``probes``: at most 3 short texts, none for a passed check (absent: none, as
+    results written before the field)."""
+    probes = data.get("probes", [])
+    if (
+        not isinstance(probes, list)
+        or len(probes) > 3
+        or not all(isinstance(p, str) and 0 < len(p) <= 200 for p in probes)
+        or (probes and data.get("passed") is True)
+    ):
+        raise ValueError("a check's probes are not at most 3 names of a failed check")
+    return tuple(probes)
+
+
 def _check_from_dict(data: object) -> CheckResult:
-    if not isinstance(data, dict) or set(data) != {
-        "name",
-        "points",
-        "max_points",
-        "passed",
-        "message",
-    }:
-        raise ValueError("a check is not {name, points, max_points, passed, message}")
+    if not isinstance(data, dict) or set(data) - {"probes"} != _CHECK_FIELDS:
+        raise ValueError("a check is not {name, points, max_points, passed, message[, probes]}")
     points, most = _field(data, "points", int), _field(data, "max_points", int)
     if not 0 <= points <= most:
         raise ValueError(f"a check's points {points} are not between 0 and {most}")
@@ -224,7 +235,12 @@ def _check_from_dict(data: object) -> CheckResult:
     if points != (most if data["passed"] else 0):  # a check earns all its points or none
         raise ValueError(f"a check with {points}/{most} points has passed {data['passed']}")
     return CheckResult(
-        _field(data, "name", str), points, most, data["passed"], _field(data, "message", str)
+        _field(data, "name", str),
+        points,
+        most,
+        data["passed"],
+        _field(data, "message", str),
+        probes=_probes_field(data),
     )
 
 

@@ -677,7 +677,8 @@ def forward_float32(sub):
         raise CheckFailed(
             f"{failure}\nHint: compute the variance as the mean of (x - mean)**2. The one-pass "
             "formula mean(x**2) - mean(x)**2 subtracts two numbers near 1e6 that float32 stores "
-            "only to about +-0.06, so the variance it returns is mostly rounding noise."
+            "only to about +-0.06, so the variance it returns is mostly rounding noise.",
+            failure.probes,
         ) from None
 
 
