@@ -365,6 +365,8 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
     shutil.copytree(ROOT / "theory" / "figures", STAGE / "theory" / "figures")
     if (ROOT / "es" / "theory" / "figures").is_dir():  # the same figures, drawn in Spanish
         shutil.copytree(ROOT / "es" / "theory" / "figures", STAGE / "es" / "theory" / "figures")
+    if (ROOT / "docs" / "figures").is_dir():  # the instructors' pages' screenshots
+        shutil.copytree(ROOT / "docs" / "figures", STAGE / "docs" / "figures")
     (STAGE / "index.md").write_text(home_page(extra_files))
     for relative in sorted(extra_files):
         (STAGE / relative).parent.mkdir(parents=True, exist_ok=True)

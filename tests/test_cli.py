@@ -95,8 +95,9 @@ def test_the_subcommands_are_the_table_s(capsys):
     from normlab.cli import COMMANDS, main
 
     names = [command.name for command in COMMANDS]
-    assert names == ["grade", "merge", "export", "labs", "work", "progress", "release"] + [
-        "translations"
+    assert names == ["grade", "merge", "export", "report", "labs", "work", "progress"] + [
+        "release",
+        "translations",
     ]
     try:
         main(["--help"])

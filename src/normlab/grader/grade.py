@@ -166,6 +166,12 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
     return cells, metadata
 
 
+def read_code_cells(path: Path, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
+    """A notebook file's code cells and metadata (the similarity report reads answers with
+    it); ValueError with a clear reason."""
+    return parse_notebook(files.read_regular_file(path, limits.max_notebook_bytes), limits)
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """How each submission is run. Part of the cache key: change one, and everything regrades.
