@@ -76,6 +76,14 @@ def rmsnorm_bf16(x, gamma, eps=1e-6):
     return to_bfloat16(rmsnorm(x, gamma, eps))
 
 
+def layernorm_bf16(x, gamma, beta, eps=1e-5):
+    return to_bfloat16(layernorm(x, gamma, beta, eps))
+
+
+def layernorm_bf16_shifted(x, gamma, beta, eps=1e-5):
+    return to_bfloat16_by_search(layernorm_shifted(x, gamma, beta, eps))
+
+
 def merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     # Weighted mean, then the M2 of the union from the deviations of each half's mean.
     count = count_a + count_b
@@ -89,6 +97,7 @@ RIGHT = {
     "lowp_layernorm": layernorm,
     "lowp_rmsnorm": rmsnorm,
     "lowp_rmsnorm_bf16": rmsnorm_bf16,
+    "lowp_layernorm_bf16": layernorm_bf16,
     "lowp_merge": merge,
     "LOWP_ONEPASS_ANSWER": "b",
     "LOWP_GAIN_ANSWER": "c",
@@ -98,7 +107,7 @@ RIGHT = {
 def test_right_answers_get_full_marks():
     results = run(**RIGHT)
     assert [r.message for r in results if not r.passed] == []
-    assert sum(r.points for r in results) == 18 == lp.LAB.max_score
+    assert sum(r.points for r in results) == 20 == lp.LAB.max_score
 
 
 def test_other_right_styles_get_full_marks():
@@ -106,6 +115,7 @@ def test_other_right_styles_get_full_marks():
         lowp_to_bfloat16=to_bfloat16_by_search,
         lowp_layernorm=layernorm_shifted,
         lowp_rmsnorm=rmsnorm,
+        lowp_layernorm_bf16=layernorm_bf16_shifted,
     )
     assert messages(results) == ""
 
@@ -288,6 +298,72 @@ def test_bfloat16_rmsnorm_left_in_float32_is_told_to_round():
     # that every output is a bfloat16 value catches them
     message = messages(run(lowp_rmsnorm_bf16=rmsnorm))
     assert "are not bfloat16 values" in message and "lowp_to_bfloat16" in message
+
+
+# ----------------------------------------------------------------------------- bfloat16 LayerNorm bugs
+
+
+def bf16_sum_by_halves(v):
+    # a sum whose accumulator is bfloat16: the two halves summed (recursively), then rounded
+    if v.shape[-1] == 1:
+        return v
+    half = v.shape[-1] // 2
+    return to_bfloat16(bf16_sum_by_halves(v[..., :half]) + bf16_sum_by_halves(v[..., half:]))
+
+
+def ln_bf16_accumulated(x, gamma, beta, eps=1e-5):
+    n = np.float32(x.shape[-1])
+    mu = to_bfloat16(bf16_sum_by_halves(x) / n)
+    dev = to_bfloat16(x - mu)
+    var = to_bfloat16(bf16_sum_by_halves(to_bfloat16(dev**2)) / n)
+    inv = to_bfloat16(np.float32(1) / np.sqrt(to_bfloat16(var + np.float32(eps))))
+    return to_bfloat16(to_bfloat16(gamma * to_bfloat16(dev * inv)) + beta)
+
+
+def ln_bf16_one_pass(x, gamma, beta, eps=1e-5):
+    return to_bfloat16(ln_one_pass(x, gamma, beta, eps))
+
+
+def ln_bf16_cast_stats(x, gamma, beta, eps=1e-5):
+    mean = to_bfloat16(x.mean(-1, keepdims=True))
+    inv = to_bfloat16(1 / np.sqrt(x.var(-1, keepdims=True) + np.float32(eps)))
+    y = to_bfloat16(to_bfloat16(x - mean) * inv)  # normalized in bfloat16
+    return to_bfloat16(to_bfloat16(y * gamma) + beta)
+
+
+def ln_bf16_twice(x, gamma, beta, eps=1e-5):
+    x_hat = to_bfloat16(layernorm(x, np.ones_like(gamma), np.zeros_like(beta), eps))
+    return to_bfloat16(x_hat * gamma + beta)
+
+
+@pytest.mark.parametrize(
+    "buggy, probe",
+    [
+        (ln_bf16_accumulated, "accumulated in bfloat16"),
+        (ln_bf16_one_pass, "one-pass variance"),
+        (ln_bf16_cast_stats, "statistics cast before normalizing"),
+        (ln_bf16_twice, "rounded twice"),
+    ],
+)
+def test_bfloat16_layernorm_bug_is_caught_with_its_hint(buggy, probe):
+    with np.errstate(all="ignore"):
+        results = run(lowp_layernorm_bf16=buggy)
+    assert HINTS["lowp_layernorm_bf16"][probe] in messages(results)
+
+
+def test_bfloat16_layernorm_left_in_float32_is_told_to_round():
+    message = messages(run(lowp_layernorm_bf16=layernorm))
+    assert "are not bfloat16 values" in message and "lowp_to_bfloat16" in message
+
+
+def test_the_bfloat16_layernorm_tolerance_rejects_a_whole_spacing():
+    # every output moved to its bfloat16 neighbour away from zero: a whole spacing, up to
+    # 2**-7 |y|, twice the 2**-8 the rounding allows
+    def one_spacing_up(x, gamma, beta, eps=1e-5):
+        y = layernorm_bf16(x, gamma, beta, eps)
+        return (y.view(np.uint32) + np.uint32(0x10000)).view(np.float32)
+
+    assert "max rel error" in messages(run(lowp_layernorm_bf16=one_spacing_up))
 
 
 # ----------------------------------------------------------------------------- merge bugs

@@ -7,6 +7,7 @@ The learner writes, in NumPy::
     lowp_layernorm(x, gamma, beta, eps=1e-5) -> y     # x: (..., d) float16 or float32; y: x's dtype
     lowp_rmsnorm(x, gamma, eps=1e-6) -> y             # x: (..., d) float16 or float32; y: x's dtype
     lowp_rmsnorm_bf16(x, gamma, eps=1e-6) -> y        # x, y: float32 holding bfloat16 values
+    lowp_layernorm_bf16(x, gamma, beta, eps=1e-5) -> y  # x, y: float32 holding bfloat16 values
     lowp_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)   # float32 (N,)
     LOWP_ONEPASS_ANSWER, LOWP_GAIN_ANSWER = "a" | "b" | "c" | "d"
 
@@ -33,6 +34,7 @@ LAB = Lab(
         "lowp_layernorm": LIBRARY_NORMS,
         "lowp_rmsnorm": LIBRARY_NORMS,
         "lowp_rmsnorm_bf16": LIBRARY_NORMS,
+        "lowp_layernorm_bf16": LIBRARY_NORMS,
     },
 )
 
@@ -60,6 +62,16 @@ MERGE = {"rtol": 2.0**-20, "atol": 2.0**-20}
 # exact one. Against the exact (unrounded) answer a right output is within 2**-8 + 2**-20
 # relative; truncating, or rounding twice, moves some outputs up to a whole spacing, 2**-7.
 BF16_ONCE = {"rtol": 2.0**-8 + 2.0**-20, "atol": 2.0**-30}
+# LayerNorm in bfloat16: the output rounded once is within half a bfloat16 spacing, at most
+# 2**-8 |y|, of the float32 result. The float32 statistics add an absolute error: the mean is
+# off by about log2(d) * 2**-24 * |mean| (a pairwise sum), which moves y by |gamma| times that
+# over sigma, about 7e-4 at |mean| / sigma = 1e3, under 2**-10; bfloat16 inputs have 8
+# significant bits, so their float32 sums of d = 4096 values are often exact and the error is
+# smaller still. So a right answer is within 2**-8 |y| + 2**-10 of the exact value. The slips
+# graded miss it by far: statistics rounded to bfloat16 put the mean off by up to half a
+# spacing (2 near 1000, where bfloat16's spacing is 4), the one-pass variance loses the
+# variance near mean(x**2) ~ 1e6 (float32's spacing there is 0.0625).
+BF16_LN = {"rtol": 2.0**-8, "atol": 2.0**-10}
 
 
 # ----------------------------------------------------------------------------- oracles
@@ -271,6 +283,87 @@ RMSNORM_BF16_PROBES = [
 ]
 
 
+def _bf16_row_sum(v):
+    """The sum over the last axis accumulated in bfloat16: a pairwise tree whose every partial
+    sum is rounded to bfloat16, what a reduction whose accumulator has the input's dtype does."""
+    v = oracle_to_bfloat16(v)
+    while v.shape[-1] > 1:
+        if v.shape[-1] % 2:
+            v = np.concatenate([v, np.zeros_like(v[..., :1])], axis=-1)
+        v = oracle_to_bfloat16(v[..., 0::2] + v[..., 1::2])
+    return v
+
+
+def _bf16_accumulated(x, gamma, beta, eps):
+    bf = oracle_to_bfloat16
+    x = np.asarray(x, np.float32)
+    d = np.float32(x.shape[-1])
+    with np.errstate(all="ignore"):
+        mean = bf(_bf16_row_sum(x) / d)
+        centred = bf(x - mean)
+        var = bf(_bf16_row_sum(bf(centred * centred)) / d)
+        rstd = bf(1 / np.sqrt(bf(var + np.float32(eps))))
+        return bf(bf(bf(centred * rstd) * gamma) + beta)
+
+
+def _bf16_layernorm_variant(variance="two-pass", rounding="once"):
+    def layernorm(x, gamma, beta, eps):
+        bf = oracle_to_bfloat16
+        x32 = np.asarray(x, np.float32)
+        gamma32, beta32 = np.asarray(gamma, np.float32), np.asarray(beta, np.float32)
+        with np.errstate(all="ignore"):
+            mean = x32.mean(axis=-1, keepdims=True)
+            if variance == "one-pass":
+                var = (x32 * x32).mean(axis=-1, keepdims=True) - mean * mean
+            else:
+                var = ((x32 - mean) ** 2).mean(axis=-1, keepdims=True)
+            rstd = 1 / np.sqrt(var + np.float32(eps))
+            if rounding == "statistics":  # mean and rstd rounded, then normalized in bfloat16
+                return bf(bf(bf(bf(x32 - bf(mean)) * bf(rstd)) * gamma32) + beta32)
+            if rounding == "twice":  # x_hat rounded, then the affine, rounded again
+                return bf(bf((x32 - mean) * rstd) * gamma32 + beta32)
+            return bf((x32 - mean) * rstd * gamma32 + beta32)
+
+    return layernorm
+
+
+LAYERNORM_BF16_PROBES = [
+    Probe(
+        "accumulated in bfloat16",
+        "This matches LayerNorm computed in bfloat16 throughout, its sums included: every partial "
+        "sum rounded to bfloat16. With 8 significant bits a running sum loses up to half a "
+        "spacing at each step (the sum of 4096 values near 1000 is about 4e6, where bfloat16's "
+        "spacing is 16384), and the mean and variance come out wrong. Accumulate in float32: "
+        "your lowp_layernorm on the float32 values, then one rounding.",
+        _bf16_accumulated,
+    ),
+    Probe(
+        "one-pass variance",
+        "This matches var = mean(x**2) - mean(x)**2 in float32, rounded once: with an offset c "
+        "both terms are about c**2 and their difference, the variance, is lost in their "
+        "rounding (float32's spacing near 1e6 is 0.0625). Subtract the mean first: "
+        "var = mean((x - mean)**2).",
+        _bf16_layernorm_variant(variance="one-pass"),
+    ),
+    Probe(
+        "statistics cast before normalizing",
+        "This matches mean and 1/sqrt(var + eps) computed in float32 but rounded to bfloat16 "
+        "before (x - mean) * rstd: the rounded mean is off by up to half a bfloat16 spacing, "
+        "which near an offset of 1000 (spacing 4) is 2, twice the spread of a row of unit "
+        "standard deviation. Normalize in "
+        "float32 and round only the output.",
+        _bf16_layernorm_variant(rounding="statistics"),
+    ),
+    Probe(
+        "rounded twice",
+        "This matches (x - mean) * rstd rounded to bfloat16, then gamma * x_hat + beta rounded "
+        "again: two roundings of up to half a spacing each. Apply gamma and beta in float32 "
+        "and round once, at the end.",
+        _bf16_layernorm_variant(rounding="twice"),
+    ),
+]
+
+
 # ----------------------------------------------------------------------------- merge probes
 
 
@@ -324,6 +417,12 @@ LAYERNORM_HINT = (
     "computed as mean(x**2) - mean(x)**2, or sums in float16, cancel or overflow when the mean "
     "is large. Subtract the mean first, in float32."
 )
+LAYERNORM_BF16_HINT = (
+    "If only the rows with a large offset fail, the statistics lose digits there: bfloat16 "
+    "keeps 8 significant bits, so a mean or a sum rounded to bfloat16, or the one-pass "
+    "variance, is off when the mean is large. Compute the statistics and the output in float32 "
+    "from the float32 values, and round once at the end with your lowp_to_bfloat16."
+)
 MERGE_HINT = (
     "If only the large offset fails, m2 went back through sums of squares (m2 + count * mean**2 "
     "per half) and subtracted the whole's count * mean**2: the one-pass formula again, which "
@@ -337,6 +436,7 @@ PROBES = {
     "lowp_layernorm": LAYERNORM_PROBES,
     "lowp_rmsnorm": RMSNORM_PROBES,
     "lowp_rmsnorm_bf16": RMSNORM_BF16_PROBES,
+    "lowp_layernorm_bf16": LAYERNORM_BF16_PROBES,
     "lowp_merge": MERGE_PROBES,
 }
 
@@ -400,6 +500,13 @@ LAYERNORM = Graded(
 RMSNORM = Graded("lowp_rmsnorm", oracle=oracle_rmsnorm, probes=RMSNORM_PROBES, tol=F16)
 RMSNORM_BF16 = Graded(
     "lowp_rmsnorm_bf16", oracle=oracle_rmsnorm, probes=RMSNORM_BF16_PROBES, tol=BF16_ONCE
+)
+LAYERNORM_BF16 = Graded(
+    "lowp_layernorm_bf16",
+    oracle=oracle_layernorm,
+    probes=LAYERNORM_BF16_PROBES,
+    tol=BF16_LN,
+    options={"hint": LAYERNORM_BF16_HINT},
 )
 MERGE_FN = Graded(
     "lowp_merge",
@@ -514,14 +621,38 @@ def rmsnorm_bfloat16(sub):
         out = RMSNORM_BF16.expect(
             sub, Args(x, gamma, eps=RMS_EPS), what=what, dtype=np.float32, x=x
         )
-        y = out.items[0].array
-        off_grid = int(np.count_nonzero(_bits(y) & np.uint32(0xFFFF)))
-        if off_grid:
-            raise CheckFailed(
-                f"lowp_rmsnorm_bf16, {what}: {off_grid} of {y.size} outputs are not bfloat16 "
-                "values (their low 16 bits are not 0). Round the float32 result once, at the "
-                "end, with your lowp_to_bfloat16."
-            )
+        _expect_on_the_bfloat16_grid("lowp_rmsnorm_bf16", what, out)
+
+
+def _expect_on_the_bfloat16_grid(function, what, out):
+    """Fail unless every value the learner returned is a bfloat16 value (low 16 bits 0)."""
+    y = out.items[0].array
+    off_grid = int(np.count_nonzero(_bits(y) & np.uint32(0xFFFF)))
+    if off_grid:
+        raise CheckFailed(
+            f"{function}, {what}: {off_grid} of {y.size} outputs are not bfloat16 "
+            "values (their low 16 bits are not 0). Round the float32 result once, at the "
+            "end, with your lowp_to_bfloat16."
+        )
+
+
+@LAB.check(
+    "LayerNorm in bfloat16: offsets 0 to 1000, float32 statistics, rounded once",
+    points=2,
+    uses=["lowp_layernorm_bf16"],
+)
+def layernorm_bfloat16(sub):
+    rng = np.random.default_rng(108)
+    gamma, beta = (oracle_to_bfloat16(g.astype(np.float32)) for g in affine16(rng, D))
+    for offset, outliers in [(0.0, 4), (100.0, 0), (1000.0, 0)]:
+        x = oracle_to_bfloat16(activations(rng, 2, D, offset, outliers, dtype=np.float32))
+        what = (
+            f"bfloat16 values x of shape (2, 4096), offset {offset:g}, {outliers} outlier channels"
+        )
+        out = LAYERNORM_BF16.expect(
+            sub, Args(x, gamma, beta, eps=LN_EPS), what=what, dtype=np.float32, x=x
+        )
+        _expect_on_the_bfloat16_grid("lowp_layernorm_bf16", what, out)
 
 
 # ----------------------------------------------------------------------------- merge
