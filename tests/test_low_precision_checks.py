@@ -356,6 +356,14 @@ def test_bfloat16_layernorm_left_in_float32_is_told_to_round():
     assert "are not bfloat16 values" in message and "lowp_to_bfloat16" in message
 
 
+def test_bfloat16_layernorm_without_eps_fails_on_the_constant_row():
+    def no_eps(x, gamma, beta, eps=1e-5):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return layernorm_bf16(x, gamma, beta, eps=0.0)
+
+    assert "with a constant row" in messages(run(lowp_layernorm_bf16=no_eps))
+
+
 def test_the_bfloat16_layernorm_tolerance_rejects_a_whole_spacing():
     # every output moved to its bfloat16 neighbour away from zero: a whole spacing, up to
     # 2**-7 |y|, twice the 2**-8 the rounding allows

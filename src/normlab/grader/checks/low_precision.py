@@ -637,7 +637,7 @@ def _expect_on_the_bfloat16_grid(function, what, out):
 
 
 @LAB.check(
-    "LayerNorm in bfloat16: offsets 0 to 1000, float32 statistics, rounded once",
+    "LayerNorm in bfloat16: offsets 0 to 1000 and a constant row, float32 statistics, rounded once",
     points=2,
     uses=["lowp_layernorm_bf16"],
 )
@@ -653,6 +653,14 @@ def layernorm_bfloat16(sub):
             sub, Args(x, gamma, beta, eps=LN_EPS), what=what, dtype=np.float32, x=x
         )
         _expect_on_the_bfloat16_grid("lowp_layernorm_bf16", what, out)
+    x = oracle_to_bfloat16(activations(rng, 6, 64, 300.0, scale=2.0, dtype=np.float32))
+    x = x.reshape(2, 3, 64)
+    x[0, 1] = 300.0  # a constant row: variance 0, the output is beta with eps, NaN without
+    what = "bfloat16 values x of shape (2, 3, 64) with a constant row"
+    out = LAYERNORM_BF16.expect(
+        sub, Args(x, gamma[:64], beta[:64], eps=LN_EPS), what=what, dtype=np.float32, x=x
+    )
+    _expect_on_the_bfloat16_grid("lowp_layernorm_bf16", what, out)
 
 
 # ----------------------------------------------------------------------------- merge
