@@ -1,11 +1,16 @@
-"""`normlab report canvas` against a local Canvas: the two documented endpoints, on 127.0.0.1.
+"""`normlab report canvas` against a local Canvas: the documented endpoints, on 127.0.0.1.
 
-The server keeps each submission's score and comments, answers the GET and the PUT the push
-uses, and records every request (method, path, form body, Authorization header).
+Two servers, so that two hosts are in play as with a real Canvas: ``FakeCanvas`` (the API:
+a submission with its comments, the comment-file upload's first step, the upload's
+confirmation, the grade-or-comment PUT) and ``FakeStore`` (the ``upload_url`` of the first
+step, another port, so another origin, as an S3 bucket or a file service would be). Both
+record every request (host, method, path, form or multipart fields, Authorization header).
 """
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import json
 import threading
 import urllib.parse
@@ -14,72 +19,206 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import check_dict, run_cli
 
+from normlab.grader import canvas as canvas_module
+
 TOKEN = "secret-token-7f3a"
 COURSE, ASSIGNMENT = "11", "22"
 PREFIX = f"/api/v1/courses/{COURSE}/assignments/{ASSIGNMENT}/submissions/"
 HOSTILE_ERROR = "boom&submission[posted_grade]=100&comment[text_comment]=x\n<b>second</b>"
+HOSTILE_CHECK = '<img src=x onerror="alert(1)">&comment[file_ids][]=9'
+SIGNED = {"key": "uploads/abc/04_rmsnorm.html", "policy": "c2lnbmVk", "x-amz-signature": "f00d"}
 
 
-class FakeCanvas(BaseHTTPRequestHandler):
-    state: dict = {}
+class Recorder(BaseHTTPRequestHandler):
+    host = ""
     log: list = []
+    state: dict = {}
+    mode = {"confirm": "redirect"}  # or "created", or "elsewhere"
+    bases: dict = {}
 
     def log_message(self, *args):  # quiet
         pass
 
-    def _user(self):
-        path = urllib.parse.urlsplit(self.path).path
-        if not path.startswith(PREFIX) or not path[len(PREFIX) :].isdigit():
-            return None
-        return path[len(PREFIX) :]
+    def _body(self):
+        return self.rfile.read(int(self.headers.get("Content-Length", 0)))
 
-    def _answer(self, user):
-        state = self.state.setdefault(user, {"score": None, "submission_comments": []})
-        data = json.dumps({"user_id": int(user), **state}).encode()
-        self.send_response(200)
+    def _json(self, data, status=200, headers=()):
+        raw = json.dumps(data).encode()
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(raw)
+
+    def _record(self, method, fields):
+        entry = (self.host, method, self.path, fields, self.headers.get("Authorization"))
+        self.log.append(entry)
+
+
+class FakeCanvas(Recorder):
+    host = "canvas"
+
+    def _user(self, tail=""):
+        path = urllib.parse.urlsplit(self.path).path
+        if not (path.startswith(PREFIX) and path.endswith(tail)):
+            return None
+        user = path[len(PREFIX) : len(path) - len(tail)]
+        return user if user.isdigit() else None
+
+    def _submission(self, user):
+        state = self.state.setdefault(user, {"score": None, "submission_comments": []})
+        return {"user_id": int(user), **state}
+
+    def _authorised(self):
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self.send_error(401)
+            return False
+        return True
 
     def do_GET(self):
-        self.log.append(("GET", self.path, None, self.headers.get("Authorization")))
+        self._record("GET", None)
+        if not self._authorised():
+            return
+        parts = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(parts.query)
+        if parts.path.startswith("/api/v1/files/") and parts.path.endswith("/create_success"):
+            file_id = parts.path.split("/")[4]
+            upload = self.state["files"].get(file_id)
+            if upload is None or query != {"uuid": [upload["uuid"]]}:
+                self.send_error(404)
+                return
+            upload["available"] = True
+            self._json({"id": int(file_id), "display_name": upload["name"], "size": upload["size"]})
+            return
+        if parts.path.startswith("/api/v1/files/"):  # the 201's Location: the file's JSON
+            upload = self.state["files"].get(parts.path.split("/")[4])
+            if upload is None or not upload["available"]:
+                self.send_error(404)
+                return
+            self._json({"id": int(parts.path.split("/")[4]), "display_name": upload["name"]})
+            return
         user = self._user()
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
         if user is None or query != {"include[]": ["submission_comments"]}:
             self.send_error(404)
             return
-        self._answer(user)
+        self._json(self._submission(user))
+
+    def do_POST(self):
+        form = urllib.parse.parse_qs(self._body().decode(), strict_parsing=True)
+        self._record("POST", form)
+        if not self._authorised():
+            return
+        user = self._user("/comments/files")
+        if user is None or set(form) != {"name", "size", "content_type"}:
+            self.send_error(404)
+            return
+        files = self.state["files"]
+        file_id = str(900 + len(files))
+        files[file_id] = {
+            "user": user,
+            "name": form["name"][0],
+            "size": int(form["size"][0]),
+            "uuid": f"u{file_id}",
+            "available": False,
+            "data": None,
+        }
+        self._json(
+            {"upload_url": f"{self.bases['store']}/bucket/{file_id}", "upload_params": SIGNED}
+        )
 
     def do_PUT(self):
-        length = int(self.headers.get("Content-Length", 0))
-        form = urllib.parse.parse_qs(self.rfile.read(length).decode(), strict_parsing=True)
-        self.log.append(("PUT", self.path, form, self.headers.get("Authorization")))
+        form = urllib.parse.parse_qs(self._body().decode(), strict_parsing=True)
+        self._record("PUT", form)
         user = self._user()
-        if user is None or "?" in self.path:
+        if not self._authorised() or user is None or "?" in self.path:
             self.send_error(404)
             return
         state = self.state.setdefault(user, {"score": None, "submission_comments": []})
+        for file_id in form.get("comment[file_ids][]", []):
+            upload = self.state["files"].get(file_id)
+            if upload is None or not upload["available"] or upload["user"] != user:
+                self.send_error(401)  # Canvas: the file is not attachable
+                return
         if "submission[posted_grade]" in form:
             state["score"] = float(form["submission[posted_grade]"][0])
         if "comment[text_comment]" in form:
-            state["submission_comments"].append({"comment": form["comment[text_comment]"][0]})
-        self._answer(user)
+            state["submission_comments"].append(
+                {
+                    "comment": form["comment[text_comment]"][0],
+                    "attachments": [{"id": int(i)} for i in form.get("comment[file_ids][]", [])],
+                }
+            )
+        self._json(self._submission(user))
+
+
+class FakeStore(Recorder):
+    host = "store"
+
+    def do_POST(self):
+        kind = self.headers.get("Content-Type", "")
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {kind}\r\n\r\n".encode() + self._body()
+        )
+        fields = [
+            (
+                part.get_param("name", header="content-disposition"),
+                part.get_filename(),
+                part.get_payload(decode=True),
+            )
+            for part in message.iter_parts()
+        ]
+        self._record("POST", fields)
+        file_id = self.path.rsplit("/", 1)[-1]
+        upload = self.state["files"].get(file_id)
+        expected = [(k, None, v.encode()) for k, v in SIGNED.items()]
+        if upload is None or fields[:-1] != expected or fields[-1][0] != "file":
+            self.send_error(400)  # a signed request: any field added, removed or changed
+            return
+        upload["data"] = fields[-1][2]
+        upload["filename"] = fields[-1][1]
+        mode = self.mode["confirm"]
+        if mode == "redirect":
+            where = f"{self.bases['canvas']}/api/v1/files/{file_id}/create_success?uuid=u{file_id}"
+            self.send_response(301)
+            self.send_header("Location", where)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif mode == "created":
+            upload["available"] = True
+            where = f"{self.bases['canvas']}/api/v1/files/{file_id}"
+            self._json({}, status=201, headers=[("Location", where)])
+        else:  # a Location on the store itself: the token must not follow it
+            where = f"{self.bases['store']}/confirm/{file_id}"
+            self.send_response(302)
+            self.send_header("Location", where)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    def do_GET(self):
+        self._record("GET", None)
+        self.send_error(404)
 
 
 @pytest.fixture
 def canvas():
-    FakeCanvas.state, FakeCanvas.log = {}, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeCanvas)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    Recorder.log.clear()
+    Recorder.state.clear()
+    Recorder.state["files"] = {}
+    Recorder.mode["confirm"] = "redirect"
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), kind) for kind in (FakeCanvas, FakeStore)]
+    for name, server in zip(("canvas", "store"), servers, strict=True):
+        Recorder.bases[name] = f"http://127.0.0.1:{server.server_address[1]}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield Recorder.bases["canvas"]
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
-def submission(student, score, error=None, path=None):
-    checks = [check_dict("forward", score, 12), check_dict("backward", 0, 4)]
+def submission(student, score, error=None, path=None, check="forward"):
+    checks = [check_dict(check, score, 12), check_dict("backward", 0, 4)]
     return {
         "path": path or f"{student}_1_04_rmsnorm.ipynb",
         "student": student,
@@ -100,8 +239,11 @@ def submission(student, score, error=None, path=None):
 def results(tmp_path):
     graded = [
         submission("101", 12),
-        submission("102", 0, error=HOSTILE_ERROR),
-        submission("102", 0, path="102_again_04_rmsnorm.ipynb"),  # the better of two counts
+        submission(
+            "102", 0, error=HOSTILE_ERROR + "<script>alert(1)</script>", check=HOSTILE_CHECK
+        ),
+        # the better of two counts; its file name is the student's choice, and steers nothing
+        submission("102", 0, path='102_x&name=../../evil"\r\n.html_04_rmsnorm.ipynb'),
         submission("../../users/1", 12),  # not a Canvas user id: no request at all
         submission("7?as_user_id=1", 12),
     ]
@@ -110,7 +252,7 @@ def results(tmp_path):
     return path
 
 
-def push(url, results, *extra, env=None):
+def push(url, results, *extra):
     return run_cli(
         [
             "report",
@@ -129,62 +271,140 @@ def push(url, results, *extra, env=None):
     )
 
 
-def test_scores_and_comments_once_and_nothing_on_a_rerun(canvas, results, monkeypatch):
+def expected_requests(user):
+    return [
+        ("canvas", "GET", PREFIX + f"{user}?include[]=submission_comments"),
+        ("canvas", "POST", PREFIX + f"{user}/comments/files"),
+        ("store", "POST", "/bucket/{id}"),
+        ("canvas", "GET", "/api/v1/files/{id}/create_success?uuid=u{id}"),
+        ("canvas", "PUT", PREFIX + user),
+    ]
+
+
+def shape(log):
+    """The log's (host, method, path), a file id written as {id}."""
+    ids = sorted(Recorder.state["files"], key=len, reverse=True)
+    out = []
+    for host, method, path, *_ in log:
+        for file_id in ids:
+            path = path.replace(file_id, "{id}")
+        out.append((host, method, path))
+    return out
+
+
+def test_score_comment_and_page_once_and_nothing_on_a_rerun(canvas, results, monkeypatch):
     monkeypatch.setenv("CANVAS_TOKEN", TOKEN)
     code, stdout, stderr = push(canvas, results)
     assert code == 0, stderr
-    log = FakeCanvas.log
-    assert [(m, p) for m, p, _, _ in log] == [
-        ("GET", PREFIX + "101?include[]=submission_comments"),
-        ("PUT", PREFIX + "101"),
-        ("GET", PREFIX + "102?include[]=submission_comments"),
-        ("PUT", PREFIX + "102"),
-    ]
-    assert all(auth == f"Bearer {TOKEN}" for *_, auth in log)
-    first, second = log[1][2], log[3][2]
-    assert set(first) == {"submission[posted_grade]", "comment[text_comment]"}
-    assert first["submission[posted_grade]"] == ["12"]
-    assert first["comment[text_comment]"][0].startswith("12/16 points.")
-    # the student's error text is the comment's text, never another field
-    assert second["submission[posted_grade]"] == ["0"]
-    assert "boom&submission[posted_grade]=100" in second["comment[text_comment]"][0]
-    assert len(second["comment[text_comment]"]) == 1
+    log = list(Recorder.log)
+    assert shape(log) == expected_requests("101") + expected_requests("102")
+    # the token goes to Canvas's host on every request, and never to the store
+    assert all(auth == f"Bearer {TOKEN}" for host, *_, auth in log if host == "canvas")
+    assert [auth for host, *_, auth in log if host == "store"] == [None, None]
+    first_file, first_put = log[1][3], log[4][3]
+    assert first_file == {
+        "name": ["04_rmsnorm.html"],
+        "content_type": ["text/html"],
+        "size": [first_file["size"][0]],
+    }
+    files = Recorder.state["files"]
+    assert sorted(f["user"] for f in files.values()) == ["101", "102"]
+    for upload in files.values():
+        assert upload["available"] and upload["filename"] == "04_rmsnorm.html"
+        assert upload["size"] == len(upload["data"])  # step 1 announced what step 2 sent
+    assert set(first_put) == {
+        "submission[posted_grade]",
+        "comment[text_comment]",
+        "comment[file_ids][]",
+    }
+    assert first_put["submission[posted_grade]"] == ["12"]
+    assert first_put["comment[text_comment]"][0].startswith("12/16 points.")
+    (file_101,) = [i for i, f in files.items() if f["user"] == "101"]
+    assert first_put["comment[file_ids][]"] == [file_101]
+    # the page is the student's own: its score and the checks it failed
+    page = files[file_101]["data"].decode()
+    assert page.startswith("<!DOCTYPE html>") and "12 / 16" in page and "backward" in page
+    # the student's texts are the comment's text and the page's escaped text, never a field
+    second_put = log[9][3]
+    assert second_put["submission[posted_grade]"] == ["0"]
+    assert "boom&submission[posted_grade]=100" in second_put["comment[text_comment]"][0]
+    assert [len(v) for v in second_put.values()] == [1, 1, 1]
+    (file_102,) = [i for i, f in files.items() if f["user"] == "102"]
+    assert second_put["comment[file_ids][]"] == [file_102]
+    hostile = files[file_102]["data"].decode()
+    assert "&lt;script&gt;" in hostile and "&lt;img" in hostile
+    assert "<script" not in hostile and "<img" not in hostile and "<b>second" not in hostile
     assert FakeCanvas.state["101"]["score"] == 12.0
     assert TOKEN not in stdout + stderr
-    assert "not a Canvas user id" in stderr
-    # a rerun reads, and changes nothing
-    before = len(log)
+    assert stderr.count("not a Canvas user id") == 2
+    assert "2 scores, 2 comments and 2 feedback pages posted, 0 already there" in stdout
+    # a rerun reads, and changes nothing: no upload, no comment
+    before = len(Recorder.log)
     code, stdout, stderr = push(canvas, results)
     assert code == 0, stderr
-    assert [m for m, *_ in log[before:]] == ["GET", "GET"]
-    assert all(len(s["submission_comments"]) == 1 for s in FakeCanvas.state.values())
-    assert "0 scores and 0 comments posted, 2 already there, 2 skipped" in stdout
+    assert shape(Recorder.log[before:]) == [expected_requests(u)[0] for u in ("101", "102")]
+    assert len(files) == 2
+    assert all(
+        len(s["submission_comments"]) == 1 for u, s in Recorder.state.items() if u != "files"
+    )
+    assert "0 scores, 0 comments and 0 feedback pages posted, 2 already there, 2 skipped" in stdout
 
 
-def test_a_changed_score_posts_the_score_and_the_new_comment_only(canvas, results, monkeypatch):
+def test_a_201_created_is_confirmed_by_its_location(canvas, results, monkeypatch):
+    monkeypatch.setenv("CANVAS_TOKEN", TOKEN)
+    Recorder.mode["confirm"] = "created"
+    code, _, stderr = push(canvas, results)
+    assert code == 0, stderr
+    gets = [(h, p, a) for h, m, p, _, a in Recorder.log if m == "GET" and "/files/" in p]
+    assert [(h, p) for h, p, _ in gets] == [
+        ("canvas", f"/api/v1/files/{i}") for i in sorted(Recorder.state["files"])
+    ]
+    assert all(a == f"Bearer {TOKEN}" for *_, a in gets)
+
+
+def test_a_location_off_canvas_gets_no_token_and_stops_the_push(canvas, results, monkeypatch):
+    monkeypatch.setenv("CANVAS_TOKEN", TOKEN)
+    Recorder.mode["confirm"] = "elsewhere"
+    code, stdout, stderr = push(canvas, results)
+    assert code == 1 and "the token is not sent there" in stderr
+    assert [a for h, *_, a in Recorder.log if h == "store"] == [None]
+    assert [m for _, m, *_ in Recorder.log] == ["GET", "POST", "POST"]  # no comment without it
+    assert TOKEN not in stdout + stderr
+
+
+def test_a_changed_score_posts_the_score_and_a_new_comment_with_its_page(
+    canvas, results, monkeypatch
+):
     monkeypatch.setenv("CANVAS_TOKEN", TOKEN)
     assert push(canvas, results)[0] == 0
     data = json.loads(results.read_text(encoding="utf-8"))
     data["submissions"][0] = submission("101", 16)
     data["submissions"][0]["checks"] = [check_dict("forward", 12, 12), check_dict("backward", 4, 4)]
     results.write_text(json.dumps(data), encoding="utf-8")
-    before = len(FakeCanvas.log)
+    before = len(Recorder.log)
     assert push(canvas, results)[0] == 0
-    puts = [(p, f) for m, p, f, _ in FakeCanvas.log[before:] if m == "PUT"]
-    assert [p for p, _ in puts] == [PREFIX + "101"]
-    assert puts[0][1]["submission[posted_grade]"] == ["16"]
-    assert len(FakeCanvas.state["101"]["submission_comments"]) == 2
+    assert shape(Recorder.log[before:]) == expected_requests("101") + [expected_requests("102")[0]]
+    assert Recorder.log[-2][3]["submission[posted_grade]"] == ["16"]
+    comments = Recorder.state["101"]["submission_comments"]
+    assert len(comments) == 2 and comments[0]["attachments"] != comments[1]["attachments"]
 
 
-def test_dry_run_prints_every_request_and_sends_none(canvas, results, monkeypatch, tmp_path):
+def test_dry_run_prints_every_request_and_sends_none(canvas, results, monkeypatch):
     monkeypatch.setenv("CANVAS_TOKEN", TOKEN)
     code, stdout, stderr = push(canvas, results, "--dry-run")
     assert code == 0, stderr
-    assert FakeCanvas.log == []
+    assert Recorder.log == []
     lines = stdout.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["GET", "PUT", "GET", "PUT"]
-    assert lines[1].startswith(f"PUT {PREFIX}101 submission[posted_grade]=12&comment[text_")
-    assert TOKEN not in stdout + stderr
+    assert [line.split()[0] for line in lines[:-1]] == ["GET", "POST", "POST", "GET", "PUT"] * 2
+    assert lines[1] == (
+        f"POST {PREFIX}101/comments/files name=04_rmsnorm.html&size="
+        + lines[1].split("size=")[1].split("&")[0]
+        + "&content_type=text/html"
+    )
+    assert "[multipart, no token]" in lines[2]
+    assert lines[4].startswith(f"PUT {PREFIX}101 submission[posted_grade]=12&comment[text_")
+    assert "comment[file_ids][]=" in lines[4]
+    assert TOKEN not in stdout + stderr and "dry run" in lines[-1]
 
 
 def test_the_token_comes_from_the_environment_or_a_file_only(
@@ -192,12 +412,28 @@ def test_the_token_comes_from_the_environment_or_a_file_only(
 ):
     monkeypatch.delenv("CANVAS_TOKEN", raising=False)
     code, _, stderr = push(canvas, results)
-    assert code == 2 and "CANVAS_TOKEN" in stderr and FakeCanvas.log == []
+    assert code == 2 and "CANVAS_TOKEN" in stderr and Recorder.log == []
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n", encoding="utf-8")
     code, stdout, stderr = push(canvas, results, "--token-file", str(token_file))
     assert code == 0, stderr
-    assert all(auth == f"Bearer {TOKEN}" for *_, auth in FakeCanvas.log)
+    assert all(auth == f"Bearer {TOKEN}" for host, *_, auth in Recorder.log if host == "canvas")
     assert TOKEN not in stdout + stderr
     code, _, stderr = push("http://canvas.example.edu", results, "--token-file", str(token_file))
     assert code == 2 and "https" in stderr  # a token never travels in clear text
+
+
+@pytest.mark.parametrize(
+    "lab", ['../../x"\r\nContent-Type: evil', "a/b\\c", "", "..", "ok-lab_1.2"]
+)
+def test_the_file_name_is_plain_whatever_the_lab(lab):
+    name = canvas_module.file_name(lab)
+    assert name.endswith(".html") and not name.startswith(".")
+    assert set(name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def test_multipart_refuses_a_field_that_would_break_out():
+    with pytest.raises(ValueError):
+        canvas_module.multipart({'a"\r\nX': "1"}, "p.html", b"<p>")
+    body, kind = canvas_module.multipart({"key": "k"}, "p.html", b"<p>x</p>")
+    assert kind.startswith("multipart/form-data; boundary=") and body.endswith(b"--\r\n")

@@ -1,22 +1,50 @@
-"""``normlab report canvas``: each student's score and feedback comment, pushed to Canvas.
+"""``normlab report canvas``: each student's score, comment and HTML feedback, pushed to Canvas.
 
-Canvas's REST API, two documented endpoints of its Submissions API, through ``urllib`` (no
-client library: these two calls are all it takes, and a dependency would be one more thing
-to keep):
+The requests, as Canvas's API reference gives them (read in the ``instructure/canvas-lms``
+repository, whose API pages are generated from it: the ``@API`` comments of
+``app/controllers/submissions_api_controller.rb`` and
+``app/controllers/submission_comments_api_controller.rb``, and ``doc/api/file_uploads.md``;
+on the web, canvas.instructure.com/doc/api/submissions.html, submission_comments.html and
+file_uploads.html):
 
-- ``GET /api/v1/courses/:course/assignments/:assignment/submissions/:user?include[]=
-  submission_comments``: the score and comments Canvas has now;
-- ``PUT /api/v1/courses/:course/assignments/:assignment/submissions/:user`` with
-  ``submission[posted_grade]`` and ``comment[text_comment]`` (form-encoded): "Grade or comment
-  on a submission".
+1. ``GET /api/v1/courses/:course_id/assignments/:assignment_id/submissions/:user_id``
+   ``?include[]=submission_comments`` ("Get a single submission"): the score and comments
+   Canvas has now.
+2. Only where the comment is not there yet, "Upload a file" of the Submission Comments API and
+   "Uploading via POST" of the file-upload page: ``POST .../submissions/:user_id/comments/files``
+   with ``name``, ``size`` and ``content_type`` (form-encoded), which answers ``upload_url``
+   and ``upload_params``; then a ``multipart/form-data`` POST to ``upload_url`` of every
+   ``upload_params`` entry as given and ``file`` last, *without* the token ("The access token
+   is not sent with this request"); then the confirmation: a 3XX answer's ``Location`` is
+   fetched with a GET that carries the token, a 201's ``Location`` (or its body) gives the
+   file's JSON, whose ``id`` is the file's id.
+3. ``PUT .../submissions/:user_id`` ("Grade or comment on a submission"), form-encoded:
+   ``submission[posted_grade]`` (points), ``comment[text_comment]`` and
+   ``comment[file_ids][]`` (the uploaded page).
+
+The page is ``report.feedback_html`` of the student's own result, the one ``normlab grade
+--feedback`` writes: every text a submission chose is escaped in it, so it carries no markup.
 
 Idempotent: the comment ends with a tag that names the lab and the hash of the comment's text;
-a comment with that tag already there is not posted again, and a score Canvas already has is
-not posted again, so a rerun changes nothing. The user id in each path is the Canvas user id
-of the download (``normlab grade``'s student id), digits only: any other id is skipped, so no
-submission can aim a request anywhere but at its own grade. The token comes from the
-``CANVAS_TOKEN`` environment variable or ``--token-file``, is sent only in the
-``Authorization`` header and never printed.
+a comment with that tag already there is neither uploaded nor posted again, and a score Canvas
+already has is not posted again, so a rerun sends nothing but the reads. (A run stopped
+between the upload and the ``PUT`` leaves a file no comment shows; the rerun uploads again.)
+
+What a submission chose never steers a request: the user id in each path is the Canvas user id
+of the download (``normlab grade``'s student id), digits only, any other is skipped; the file
+is named after the instructor's ``--lab``, restricted to ``[A-Za-z0-9._-]``; the student's
+texts are form values of the comment and bytes of the page. The token comes from
+``CANVAS_TOKEN`` or ``--token-file``, travels only in the ``Authorization`` header, only to
+``--url``'s own scheme, host and port (never to ``upload_url``, never to a ``Location``
+elsewhere), never through a redirect (none is followed blindly), and is never printed.
+
+Plain ``urllib`` rather than ``canvasapi``: the four requests are few, and the client's
+upload did not do what the file-upload page asks. Its ``Uploader`` (``canvasapi/upload.py``,
+read in ``ucfopen/canvasapi``) posts to ``upload_url`` without the token, as it should, but
+leaves the redirect to ``requests``, so the confirming GET goes out without the token the page
+requires; and its ``Submission.upload_comment`` also edits the submission, which posts an
+empty comment or attaches the file to an earlier one (ucfopen/canvasapi issues 496 and 631).
+The push needs the upload, the comment and the score in one ``PUT`` to stay idempotent.
 """
 
 from __future__ import annotations
@@ -32,10 +60,14 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from normlab.grader import inert
+from normlab.grader import i18n, inert
 
 _USER_ID = re.compile(r"[0-9]{1,20}")
 _NUMBER = re.compile(r"[0-9]{1,20}")
+_FILE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_MOST = 1 << 24  # bytes read from any answer
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_UNSENT = "<not sent: dry run>"
 
 
 def comment_text(submission: dict) -> str:
@@ -48,36 +80,153 @@ def comment_text(submission: dict) -> str:
     return f"{text}\n[normlab {submission['lab']} {digest}]"
 
 
+def file_name(lab: str) -> str:
+    """The attached page's name: the lab's, in ``[A-Za-z0-9._-]`` only."""
+    return (_FILE_NAME.sub("_", lab).strip("._") or "feedback")[:64] + ".html"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects come back as answers: urllib would otherwise resend our headers (the token)
+    to wherever a ``Location`` points."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+def _safe_url(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in _LOOPBACK)
+
+
+def multipart(fields: dict, name: str, data: bytes) -> tuple[bytes, str]:
+    """``fields`` in order, then the file, as ``multipart/form-data``; (body, content type)."""
+    boundary = "normlab-" + hashlib.sha256(data).hexdigest()[:32]
+    chunks = []
+    for key, value in fields.items():
+        key, value = str(key), "" if value is None else str(value)
+        if any(c in key for c in '\r\n"') or boundary in value:
+            raise ValueError("upload_params holds a field that multipart cannot carry")
+        chunks.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'
+        )
+    chunks.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+        "Content-Type: text/html\r\n\r\n"
+    )
+    body = "".join(chunks).encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
 class Canvas:
-    """The two calls, against ``base`` (``https://canvas.example.edu``)."""
+    """The requests, against ``base`` (``https://canvas.example.edu``)."""
 
     def __init__(self, base: str, token: str, dry_run: bool = False):
         self.base, self.token, self.dry_run = base.rstrip("/"), token, dry_run
 
-    def request(self, method: str, path: str, form: dict | None = None) -> dict:
-        body = urllib.parse.urlencode(form).encode() if form else None
+    def _show(self, method: str, where: str, shown: str) -> None:
         # every request is printed (the token, in a header, never is)
-        shown = urllib.parse.unquote_plus(body.decode()) if body else ""
-        print(f"{method} {inert.one_line(path)} {inert.one_line(shown)}".rstrip())
+        print(f"{method} {inert.one_line(where)} {inert.one_line(shown)}".rstrip())
+
+    def _send(self, request: urllib.request.Request) -> tuple[int, dict, dict]:
+        """(status, headers, JSON body) of a request; a redirect is an answer, not followed."""
+        try:
+            with _OPENER.open(request, timeout=30) as response:  # noqa: S310 -- https or loopback
+                status, headers, raw = response.status, response.headers, response.read(_MOST)
+        except urllib.error.HTTPError as error:
+            if not 300 <= error.code < 400:
+                raise
+            status, headers, raw = error.code, error.headers, error.read(_MOST)
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError:
+            data = {}
+        return status, dict(headers.items()), data if isinstance(data, dict) else {}
+
+    def request(self, method: str, path: str, form: dict | list | None = None) -> dict:
+        """A call of Canvas's API at ``path`` (or a URL on Canvas's own host), with the token."""
+        body = urllib.parse.urlencode(form).encode() if form else None
+        self._show(method, path, urllib.parse.unquote_plus(body.decode()) if body else "")
         if self.dry_run:  # nothing is sent: as if Canvas had no score and no comment yet
             return {}
-        request = urllib.request.Request(self.base + path, data=body, method=method)
+        url = path if "://" in path else self.base + path
+        if _origin(url) != _origin(self.base):
+            raise ValueError(f"{url} is not on {self.base}: the token is not sent there")
+        request = urllib.request.Request(url, data=body, method=method)
         request.add_header("Authorization", f"Bearer {self.token}")
         if body:
             request.add_header("Content-Type", "application/x-www-form-urlencoded")
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 -- https or loopback
-            return json.loads(response.read(1 << 24) or b"{}")
+        status, _headers, data = self._send(request)
+        if 300 <= status < 400:
+            raise ValueError(f"{method} {path}: Canvas answered a redirect ({status})")
+        return data
+
+    def upload(self, path: str, name: str, data: bytes) -> str:
+        """The three steps of "Uploading via POST"; the new file's id."""
+        ticket = self.request(
+            "POST", path, {"name": name, "size": str(len(data)), "content_type": "text/html"}
+        )
+        target = ticket.get("upload_url") if not self.dry_run else _UNSENT
+        fields = ticket.get("upload_params") if not self.dry_run else {}
+        if not isinstance(target, str) or not isinstance(fields, dict):
+            raise ValueError(f"POST {path}: no upload_url and upload_params in the answer")
+        self._show(
+            "POST", target, f"[multipart, no token] upload_params + file={name} ({len(data)} bytes)"
+        )
+        if self.dry_run:
+            self._show("GET", "<Location of the upload's answer>", "")
+            return _UNSENT
+        if not _safe_url(target):
+            raise ValueError(f"POST {path}: upload_url is not https")
+        body, kind = multipart(fields, name, data)
+        request = urllib.request.Request(target, data=body, method="POST")
+        request.add_header("Content-Type", kind)  # and no Authorization: another host, maybe
+        status, headers, answer = self._send(request)
+        location = {k.lower(): v for k, v in headers.items()}.get("location")
+        if 300 <= status < 400 or (status == 201 and location):
+            if not location:
+                raise ValueError(f"the upload answered {status} without a Location")
+            location = urllib.parse.urljoin(target, location)
+            if (
+                status == 201
+                and answer.get("id") is not None
+                and _origin(location) != _origin(self.base)
+            ):
+                confirmed = answer
+            else:
+                confirmed = self.request("GET", location)
+        else:
+            confirmed = answer
+        file_id = str(confirmed.get("id", ""))
+        if not _NUMBER.fullmatch(file_id):
+            raise ValueError(f"the upload's confirmation gave no file id ({status})")
+        return file_id
 
 
-def push(submissions: list[dict], canvas: Canvas, course: str, assignment: str) -> dict:
-    """Post each submission's score and comment where Canvas lacks them; counts by outcome."""
-    done = {"graded": 0, "commented": 0, "unchanged": 0, "skipped": 0}
-    for submission in submissions:
+def push(
+    results: list, canvas: Canvas, course: str, assignment: str, lang: str | None = None
+) -> dict:
+    """Post each result's score, comment and page where Canvas lacks them; counts by outcome."""
+    from normlab.grader import report
+
+    done = {"graded": 0, "commented": 0, "attached": 0, "unchanged": 0, "skipped": 0}
+    for result in results:
+        submission = result.as_dict()
         user = submission.get("student") or ""
         if not _USER_ID.fullmatch(user):
             print(
-                f"normlab report canvas: {inert.text(user, lines=False)!s} is not a Canvas user id "
-                "(from a Canvas download): skipped",
+                i18n.text(
+                    "normlab report canvas: {user} is not a Canvas user id (from a Canvas "
+                    "download): skipped",
+                    user=str(inert.text(user, lines=False)),
+                ),
                 file=sys.stderr,
             )
             done["skipped"] += 1
@@ -87,17 +236,22 @@ def push(submissions: list[dict], canvas: Canvas, course: str, assignment: str) 
         comment = comment_text(submission)
         tag = comment.rsplit("\n", 1)[1]
         comments = now.get("submission_comments") or []
-        form = {}
+        form = []
         if now.get("score") != submission["score"]:
-            form["submission[posted_grade]"] = str(int(submission["score"]))
+            form.append(("submission[posted_grade]", str(int(submission["score"]))))
         if not any(tag in str(c.get("comment", "")) for c in comments if isinstance(c, dict)):
-            form["comment[text_comment]"] = comment
+            page = report.feedback_html(result, lang).encode("utf-8")
+            name = file_name(submission["lab"] or "feedback")
+            file_id = canvas.upload(path + "/comments/files", name, page)
+            form += [("comment[text_comment]", comment), ("comment[file_ids][]", file_id)]
         if not form:
             done["unchanged"] += 1
             continue
         canvas.request("PUT", path, form)
-        done["graded"] += "submission[posted_grade]" in form
-        done["commented"] += "comment[text_comment]" in form
+        names = {key for key, _ in form}
+        done["graded"] += "submission[posted_grade]" in names
+        done["commented"] += "comment[text_comment]" in names
+        done["attached"] += "comment[file_ids][]" in names
     return done
 
 
@@ -112,19 +266,21 @@ def run(args) -> int:
     from normlab.grader.classreport import best_per_student
     from normlab.grader.report import results_from_json
 
-    url = urllib.parse.urlsplit(args.url)
-    loopback = url.hostname in ("127.0.0.1", "localhost", "::1")
-    if url.scheme != "https" and not (url.scheme == "http" and loopback):
-        print("normlab report canvas: --url must be https://", file=sys.stderr)
+    if not _safe_url(args.url):
+        print(i18n.text("normlab report canvas: --url must be https://"), file=sys.stderr)
         return 2
     if not (_NUMBER.fullmatch(args.course) and _NUMBER.fullmatch(args.assignment)):
         print(
-            "normlab report canvas: --course and --assignment are Canvas's numbers", file=sys.stderr
+            i18n.text("normlab report canvas: --course and --assignment are Canvas's numbers"),
+            file=sys.stderr,
         )
         return 2
     token = "" if args.dry_run else _token(args)
     if not token and not args.dry_run:
-        print("normlab report canvas: set CANVAS_TOKEN or give --token-file", file=sys.stderr)
+        print(
+            i18n.text("normlab report canvas: set CANVAS_TOKEN or give --token-file"),
+            file=sys.stderr,
+        )
         return 2
     try:
         payload = json.loads(Path(args.results).read_text(encoding="utf-8"))
@@ -132,8 +288,8 @@ def run(args) -> int:
     except (OSError, ValueError, RecursionError, AttributeError) as error:
         print(f"normlab report canvas: {inert.text(error)}", file=sys.stderr)
         return 2
-    chosen = [r.as_dict() for r in best_per_student(results, args.lab)]
-    canvas = Canvas(url.geturl(), token, args.dry_run)
+    chosen = best_per_student(results, args.lab)
+    canvas = Canvas(args.url, token, args.dry_run)
     try:
         done = push(chosen, canvas, args.course, args.assignment)
     except (urllib.error.URLError, OSError, ValueError) as error:
@@ -141,8 +297,12 @@ def run(args) -> int:
         print(f"normlab report canvas: {inert.text(error)}", file=sys.stderr)
         return 1
     print(
-        f"{args.lab}: {done['graded']} scores and {done['commented']} comments posted, "
-        f"{done['unchanged']} already there, {done['skipped']} skipped"
-        + (" (dry run: nothing was sent)" if args.dry_run else "")
+        i18n.text(
+            "{lab}: {graded} scores, {commented} comments and {attached} feedback pages posted, "
+            "{unchanged} already there, {skipped} skipped",
+            lab=args.lab,
+            **done,
+        )
+        + (" " + i18n.text("(dry run: nothing was sent)") if args.dry_run else "")
     )
     return 0

@@ -50,8 +50,9 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
 
     canvas = kinds.add_parser(
         "canvas",
-        help="post each student's score and a feedback comment to a Canvas assignment (REST "
-        "API; token from CANVAS_TOKEN or --token-file; reruns post nothing new)",
+        help="post each student's score and a feedback comment, with the HTML feedback page "
+        "attached, to a Canvas assignment (REST API; token from CANVAS_TOKEN or --token-file; "
+        "reruns post nothing new)",
     )
     canvas.add_argument("results", metavar="RESULTS.json", help="normlab grade --json")
     canvas.add_argument("--lab", required=True, help="the lab this assignment is")
