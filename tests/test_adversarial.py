@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, grading_budget
 from corpus import (
     CONTROLS,
     FORWARD_DEF,
@@ -67,10 +67,12 @@ def grade_command(folder: Path, mode: str, *extra: str) -> list[str]:
 
 def grade_here(folder: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
     """The same, run in this process (the submissions still run in their own): a new
-    interpreter would import PyTorch again, 2.4 s of CPU each time."""
+    interpreter would import PyTorch again, 2.4 s of CPU each time. Without a ``--timeout`` in
+    EXTRA, on the hang guard's budget (``conftest.grading_budget``)."""
     from conftest import run_cli_process
 
-    return run_cli_process(grade_arguments(folder, mode, *extra))
+    budget = [] if "--timeout" in extra else grading_budget()
+    return run_cli_process(grade_arguments(folder, mode, *budget, *extra))
 
 
 def survivors() -> list[int]:
@@ -1061,11 +1063,11 @@ def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode):
     folder = tmp_path / "class"
     folder.mkdir()
     nbformat.write(notebook, folder / "03_layernorm.ipynb")
-    # The restart after the kill waits for the marked child again, to the cell's alarm (10 s):
-    # 30 s are left for the checks, so that on a loaded core none uses up the budget and is
-    # reported last instead of the kill (on 20 s, pinned to one core beside two busy ones, one
-    # did).
-    extra = ["--timeout", "40", "--cache", str(tmp_path / "cache.json")]
+    # The restart after the kill waits for the marked child again, to the cell's alarm (10 s);
+    # the checks then have the hang guard's budget, so that on a loaded core none uses it up and
+    # is reported last instead of the kill (on 20 s, pinned to one core beside two busy ones, one
+    # did; 40 s are still wall seconds).
+    extra = [*grading_budget(cell_s=10), "--cache", str(tmp_path / "cache.json")]
     grader = subprocess.Popen(
         grade_command(folder, mode, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
