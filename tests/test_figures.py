@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -206,7 +207,9 @@ def test_the_glossary_covers_the_figure_texts(tmp_path):
 
 @pytest.fixture()
 def course(tmp_path, monkeypatch):
-    """An empty course (theory/ and pyproject.toml: where figures_dir looks) with a catalog."""
+    """An empty course (theory/ and pyproject.toml: where figures_dir looks) with a catalog,
+    its figures written as an author's demo writes them (no NORMLAB_FIGURES)."""
+    monkeypatch.delenv(plotting.FIGURES_VARIABLE, raising=False)
     (tmp_path / "theory").mkdir()
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "es").mkdir()
@@ -322,7 +325,7 @@ def test_a_redrawn_figure_within_the_tolerance_is_not_rewritten(course):
     assert redraw(course) == stored
 
 
-@pytest.mark.parametrize("change", ["pixels", "texts", "flag"])
+@pytest.mark.parametrize("change", ["pixels", "texts", "redraw"])
 def test_a_changed_figure_is_rewritten(course, monkeypatch, change):
     fresh = redraw(course)
     path = course / "theory" / "figures" / "08_demo_redraw.png"
@@ -332,7 +335,33 @@ def test_a_changed_figure_is_rewritten(course, monkeypatch, change):
         path.write_bytes(shifted_copy(path, 0, texts='["a text no longer drawn"]'))
     else:
         path.write_bytes(shifted_copy(path, 1))
-        monkeypatch.setenv(plotting.REDRAW_VARIABLE, "1")
+        monkeypatch.setenv(plotting.FIGURES_VARIABLE, "redraw")
     assert path.read_bytes() != fresh["en"]
     assert redraw(course)["en"] == fresh["en"]
     assert plotting.figure_texts(path) == ["learning rate"]
+
+
+def test_under_the_test_suite_no_existing_figure_is_rewritten(course, monkeypatch):
+    """What every demo the suite executes runs under (conftest sets it for its kernels): an
+    existing figure stays as it is however much it changed; a missing one is still drawn."""
+    redraw(course)
+    path = course / "theory" / "figures" / "08_demo_redraw.png"
+    changed = shifted_copy(path, 100, texts='["a text no longer drawn"]')
+    path.write_bytes(changed)
+    (course / "es" / "theory" / "figures" / "08_demo_redraw.png").unlink()
+    monkeypatch.setenv(plotting.FIGURES_VARIABLE, "keep")
+    redraw(course)
+    assert path.read_bytes() == changed
+    assert (course / "es" / "theory" / "figures" / "08_demo_redraw.png").is_file()
+
+
+def test_the_suite_keeps_the_figures_of_the_demos_it_runs():
+    import subprocess
+
+    kernel_environment = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('NORMLAB_FIGURES'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert kernel_environment.stdout.strip() == "keep"
