@@ -274,17 +274,5 @@ def test_extra_checks_count_and_show_by_name_only(tmp_path):
 
 
 def test_bad_extra_checks_path_is_a_usage_error(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "normlab.cli",
-            "grade",
-            str(SOLUTION),
-            "--extra-checks",
-            str(tmp_path / "none.py"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    done = run_cli_process(["grade", SOLUTION, "--extra-checks", tmp_path / "none.py"])
     assert done.returncode == 2 and "no such file" in done.stderr
