@@ -103,12 +103,16 @@ LONGEST_FIRST = (
     "tests/test_workflow.py",
     "tests/test_site.py",
     "tests/test_release.py",
+    "tests/test_edition_earns_nothing.py",
+    "tests/test_binder.py",
     "tests/test_mutants.py",
     "tests/test_classroom.py",
+    "tests/test_gradescope.py",
     "tests/test_grade.py",
     "tests/test_spanish.py",
     "tests/test_every_probe_fires.py",
     "tests/test_i18n.py",
+    "tests/test_class_report.py",
     "tests/test_notebooks.py",
 )
 
