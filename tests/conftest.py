@@ -38,10 +38,6 @@ for _variable in (
     "NUMBA_NUM_THREADS",
 ):
     os.environ.setdefault(_variable, "1")
-# No demo that the suite executes (nbval, in kernels that inherit this environment) rewrites a
-# chapter figure that exists: redrawn on another CPU, a chaotic experiment is another picture,
-# and a test run leaves the checkout as it found it (normlab.plotting.write_figure).
-os.environ["NORMLAB_FIGURES"] = "keep"
 
 import nbformat  # noqa: E402
 import numba  # noqa: E402

@@ -342,7 +342,7 @@ def test_a_changed_figure_is_rewritten(course, monkeypatch, change):
 
 
 def test_under_the_test_suite_no_existing_figure_is_rewritten(course, monkeypatch):
-    """What every demo the suite executes runs under (conftest sets it for its kernels): an
+    """What every demo a test run executes runs under (normlab.pytest_plugin sets it): an
     existing figure stays as it is however much it changed; a missing one is still drawn."""
     redraw(course)
     path = course / "theory" / "figures" / "08_demo_redraw.png"
