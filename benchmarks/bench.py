@@ -197,6 +197,8 @@ def to_text(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Timing the demos redraws their figures: leave the chapter's files as they are.
+    os.environ["NORMLAB_FIGURES"] = "keep"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("notebooks", "grading"), help="measure one part only")
     parser.add_argument(

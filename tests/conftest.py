@@ -62,6 +62,24 @@ numba.set_num_threads(1)
 # How fast things are is reported by `make bench`, never asserted.
 HANG_GUARD_S = 900
 
+
+def grading_budget(cell_s: float | None = None) -> list[str]:
+    """`normlab grade` options for a test whose point is not the submission's time budget.
+
+    The budget (``--timeout``) is wall-clock time: on a machine at load 12 (six runnable
+    processes per core) a correct solution that needs a few CPU seconds to grade can take
+    minutes, and the default 60 s, or a test's 20 s, ran out. Such a test grades on the hang
+    guard instead, which only a hung grader reaches. ``cell_s``: each notebook cell is still
+    stopped after that many wall seconds (a share of the budget, as the grader computes it), for
+    a class with a notebook that sleeps forever; a correct cell of a NumPy lab takes
+    milliseconds. A test *of* a time limit sets its own, small one.
+    """
+    options = ["--timeout", str(HANG_GUARD_S)]
+    if cell_s is not None:
+        options.append(f"--limit=cell_timeout_share={cell_s / HANG_GUARD_S:.6g}")
+    return options
+
+
 TIERS = {
     "test_adversarial.py": "isolation",
     "test_classroom.py": "isolation",
@@ -81,12 +99,16 @@ LONGEST_FIRST = (
     "tests/test_workflow.py",
     "tests/test_site.py",
     "tests/test_release.py",
+    "tests/test_edition_earns_nothing.py",
+    "tests/test_binder.py",
     "tests/test_mutants.py",
     "tests/test_classroom.py",
+    "tests/test_gradescope.py",
     "tests/test_grade.py",
     "tests/test_spanish.py",
     "tests/test_every_probe_fires.py",
     "tests/test_i18n.py",
+    "tests/test_class_report.py",
     "tests/test_notebooks.py",
 )
 
@@ -137,8 +159,11 @@ def run_cli_process(arguments) -> subprocess.CompletedProcess:
 
 
 def grade_json(*paths, extra=()) -> tuple[int, dict, str]:
-    """`normlab grade --json PATH... EXTRA...` run in this process: (exit status, JSON, stderr)."""
-    code, stdout, stderr = run_cli(["grade", *paths, "--json", *extra])
+    """`normlab grade --json PATH... EXTRA...` run in this process: (exit status, JSON, stderr).
+
+    Without a ``--timeout`` in EXTRA, on the hang guard's budget (``grading_budget``)."""
+    budget = [] if "--timeout" in extra else grading_budget()
+    code, stdout, stderr = run_cli(["grade", *paths, "--json", *budget, *extra])
     data = json.loads(stdout) if code == 0 else {}
     return code, data, stderr
 

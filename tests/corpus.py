@@ -453,6 +453,21 @@ def file_cases() -> dict[str, tuple[bytes | None, int, str]]:
 # of 65,536 (creating 65,536 files once took longer than a cell's 5 s on a loaded machine,
 # and "No space left on device" became "Timeout"), 32 MB instead of 256, 8 MB per file.
 TEST_LIMITS = {"tmp_mb": 32, "max_files": 2000, "max_file_bytes": 8 << 20}
+# The cases that spin in an endless loop until a cell's alarm stops them: each costs that
+# cell's whole time in CPU (5 s on the corpus's 20 s budget). The alarm is the child's own
+# (worker.run_submission's cells and calls, on ITIMER_REAL), the same code whether the child
+# was forked by the fork server or started under bubblewrap, and so is the stand-in that stops
+# a hung function's later calls; the corpus grades them in the processes mode only. What the
+# sandbox adds to a hang (its process tree ended at the grader's deadline) is
+# test_a_cell_that_ignores_its_alarm_and_spins_is_killed_at_the_deadline[sandbox].
+SPINNERS = {
+    "infinite_loop",
+    "forward_hangs",
+    "backward_hangs",
+    "hang_in_a_cell_that_calls_no_graded_function",
+    "hang_at_import",
+}
+SPINNER_FILES = {f"03_layernorm_{name}.ipynb" for name in SPINNERS}
 TEST_MEMORY_MB = 1024  # --memory: the cgroup's total is then 1024 + 32 MB
 LIMIT_OPTIONS = [f"--limit={name}={value}" for name, value in TEST_LIMITS.items()]
 NO_SPACE = "No space left on device"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import run_cli_process
+from conftest import grading_budget, run_cli_process
 from corpus import FULL, LAB, SOLUTION
 
 from normlab.grader.grade import find_submissions
@@ -123,8 +123,7 @@ def grade_class(root: Path, out: Path, *extra) -> subprocess.CompletedProcess:
         "--json",
         "--jobs",
         "2",
-        "--timeout",
-        "20",
+        *grading_budget(cell_s=5),  # the looper's cell stops after 5 s, as on a 20 s budget
         *extra,
     ]
     return run_cli_process(arguments)
@@ -168,8 +167,7 @@ def test_interrupted_run_resumes_without_regrading(a_class, tmp_path):
         str(out / "grades.csv"),
         "--jobs",
         "2",
-        "--timeout",
-        "20",
+        *grading_budget(cell_s=5),
         "--quiet",
     ]
     cache = out / "grades.csv.cache.json"
@@ -265,8 +263,9 @@ def test_extra_checks_count_and_show_by_name_only(tmp_path):
         str(extra),
         "--feedback",
         str(out),
+        *grading_budget(),  # the default 60 s of wall time ran out once at load 12
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     solution, lab = json.loads(done.stdout)["submissions"]
     assert (solution["score"], solution["max_score"]) == (FULL + 2, FULL + 2)
     assert lab["checks"][-1]["name"] == "hidden: wide rows" and not lab["checks"][-1]["passed"]
@@ -275,17 +274,5 @@ def test_extra_checks_count_and_show_by_name_only(tmp_path):
 
 
 def test_bad_extra_checks_path_is_a_usage_error(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "normlab.cli",
-            "grade",
-            str(SOLUTION),
-            "--extra-checks",
-            str(tmp_path / "none.py"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    done = run_cli_process(["grade", SOLUTION, "--extra-checks", tmp_path / "none.py"])
     assert done.returncode == 2 and "no such file" in done.stderr

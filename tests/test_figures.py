@@ -12,8 +12,10 @@ English picture saved as the Spanish one.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -205,7 +207,9 @@ def test_the_glossary_covers_the_figure_texts(tmp_path):
 
 @pytest.fixture()
 def course(tmp_path, monkeypatch):
-    """An empty course (theory/ and pyproject.toml: where figures_dir looks) with a catalog."""
+    """An empty course (theory/ and pyproject.toml: where figures_dir looks) with a catalog,
+    its figures written as an author's demo writes them (no NORMLAB_FIGURES)."""
+    monkeypatch.delenv(plotting.FIGURES_VARIABLE, raising=False)
     (tmp_path / "theory").mkdir()
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "es").mkdir()
@@ -271,3 +275,93 @@ def test_a_text_without_words_needs_no_translation(course):
     draw = figure_with(lambda t: "B = 64", lambda t: r"$\varepsilon = 10^{-5}$, d = 3")
     plt.close(plotting.bilingual_figure(draw, "08_demo_neutral"))
     assert plotting.figure_texts(course / "theory" / "figures" / "08_demo_neutral.png") == []
+
+
+# ----------------------------------------------------------------------------- redrawing
+
+
+def shifted_copy(path, levels: int, texts: str | None = None) -> bytes:
+    """The PNG at ``path`` with a 10 x 10 square of its pixels moved by ``levels`` in each
+    colour channel (its recorded texts kept, or replaced by ``texts``)."""
+    from PIL import Image, PngImagePlugin
+
+    with Image.open(path) as image:
+        recorded = image.info.get(plotting.TEXTS_KEY)
+        picture = np.asarray(image.convert("RGBA"), dtype=np.int16).copy()
+    picture[:10, :10, :3] = np.clip(picture[:10, :10, :3] + levels, 0, 255)
+    if picture[:10, :10, :3].min() == 255:  # a white corner: move it down instead
+        picture[:10, :10, :3] -= levels
+    info = PngImagePlugin.PngInfo()
+    if (texts if texts is not None else recorded) is not None:
+        info.add_text(plotting.TEXTS_KEY, texts if texts is not None else recorded)
+    buffer = io.BytesIO()
+    Image.fromarray(picture.astype(np.uint8), "RGBA").save(buffer, format="PNG", pnginfo=info)
+    return buffer.getvalue()
+
+
+def redraw(course):
+    """Draw the demo figure again; the bytes of its two files afterwards."""
+    import matplotlib.pyplot as plt
+
+    plt.close(
+        plotting.bilingual_figure(figure_with(lambda t: t("learning rate")), "08_demo_redraw")
+    )
+    return {
+        language: (course / folder / "figures" / "08_demo_redraw.png").read_bytes()
+        for language, folder in (("en", "theory"), ("es", "es/theory"))
+    }
+
+
+def test_a_redrawn_figure_within_the_tolerance_is_not_rewritten(course):
+    """A test run redraws every figure; pixels moved by at most the tolerance (the last bits of
+    another CPU's arithmetic) leave the files, and so the checkout, as they were."""
+    fresh = redraw(course)
+    stored = {}
+    for language, folder in (("en", "theory"), ("es", "es/theory")):
+        path = course / folder / "figures" / "08_demo_redraw.png"
+        stored[language] = shifted_copy(path, plotting.FIGURE_TOLERANCE)
+        path.write_bytes(stored[language])
+    assert stored["en"] != fresh["en"] and stored["es"] != fresh["es"]
+    assert redraw(course) == stored
+
+
+@pytest.mark.parametrize("change", ["pixels", "texts", "redraw"])
+def test_a_changed_figure_is_rewritten(course, monkeypatch, change):
+    fresh = redraw(course)
+    path = course / "theory" / "figures" / "08_demo_redraw.png"
+    if change == "pixels":
+        path.write_bytes(shifted_copy(path, plotting.FIGURE_TOLERANCE + 1))
+    elif change == "texts":
+        path.write_bytes(shifted_copy(path, 0, texts='["a text no longer drawn"]'))
+    else:
+        path.write_bytes(shifted_copy(path, 1))
+        monkeypatch.setenv(plotting.FIGURES_VARIABLE, "redraw")
+    assert path.read_bytes() != fresh["en"]
+    assert redraw(course)["en"] == fresh["en"]
+    assert plotting.figure_texts(path) == ["learning rate"]
+
+
+def test_under_the_test_suite_no_existing_figure_is_rewritten(course, monkeypatch):
+    """What every demo a test run executes runs under (normlab.pytest_plugin sets it): an
+    existing figure stays as it is however much it changed; a missing one is still drawn."""
+    redraw(course)
+    path = course / "theory" / "figures" / "08_demo_redraw.png"
+    changed = shifted_copy(path, 100, texts='["a text no longer drawn"]')
+    path.write_bytes(changed)
+    (course / "es" / "theory" / "figures" / "08_demo_redraw.png").unlink()
+    monkeypatch.setenv(plotting.FIGURES_VARIABLE, "keep")
+    redraw(course)
+    assert path.read_bytes() == changed
+    assert (course / "es" / "theory" / "figures" / "08_demo_redraw.png").is_file()
+
+
+def test_the_suite_keeps_the_figures_of_the_demos_it_runs():
+    import subprocess
+
+    kernel_environment = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('NORMLAB_FIGURES'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert kernel_environment.stdout.strip() == "keep"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, grade_json
+from conftest import ROOT, grade_json, grading_budget
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
@@ -100,7 +100,7 @@ def class_folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def class_results(class_folder):
-    code, data, stderr = grade(class_folder, extra=("--timeout", "20"))
+    code, data, stderr = grade(class_folder, extra=grading_budget(cell_s=5))
     assert code == 0, stderr
     return by_name(data)
 
@@ -177,7 +177,7 @@ def test_process_exit_and_hostile_output(tmp_path):
         tmp_path / "03_layernorm_liar.ipynb",
         extra_cells=['print(\'{"submissions": [{"score": 100}]}\')\nprint("score: 100")'],
     )
-    code, data, _ = grade(tmp_path, extra=("--timeout", "20"))
+    code, data, _ = grade(tmp_path, extra=grading_budget(cell_s=5))
     results = by_name(data)
     assert code == 0
     osexit = results["03_layernorm_osexit.ipynb"]

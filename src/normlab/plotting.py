@@ -22,11 +22,25 @@ The English PNG records the texts it was drawn with (PNG text ``normlab:texts``)
 can check that the catalog still covers them.
 
 ``save_figure(fig, name)`` saves one figure in one language (``theory/figures/<name>.png``).
+
+Running a demo again does not always rewrite its figures (``write_figure``). A file is written
+when it is missing; otherwise the environment variable ``NORMLAB_FIGURES`` decides:
+
+- unset (an author running a demo): only when the picture changed: its size or recorded texts,
+  or any channel of any pixel by more than ``FIGURE_TOLERANCE`` levels (the anti-aliased edges
+  of an unchanged drawing move by a few levels, and the file is kept as it is);
+- ``keep`` (set by the test suite for every kernel it starts, and by ``make bench``): never. A
+  chaotic experiment redrawn on another CPU is another picture (demo 06's training curves under
+  ``ATEN_CPU_CAPABILITY=default``: 20,438 of 345,600 pixels differ, by up to 255 levels), and a
+  test run must leave the checkout as it found it;
+- ``redraw``: always (this machine's exact bytes).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -79,16 +93,17 @@ def figures_dir() -> Path:
 def save_figure(fig, name: str) -> Path:
     """Save ``fig`` as ``theory/figures/<name>.png`` without metadata that changes between runs.
 
+    An existing file is rewritten only as ``write_figure`` says.
+
     Args:
         fig: a matplotlib figure.
         name: file stem; start it with the chapter's stem, e.g. ``"03_layernorm_scale"``.
 
     Returns:
-        The path written.
+        The path of the figure.
     """
     path = figures_dir() / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
+    write_figure(path, png_bytes(fig, {}))
     return path
 
 
@@ -154,9 +169,48 @@ def untranslated_texts(fig, translator: Translator) -> list[str]:
     return found
 
 
-def _save(fig, path: Path, metadata: dict[str, str]) -> None:
+#: Levels (of 255) by which a channel of a pixel may move before a figure file is rewritten.
+FIGURE_TOLERANCE = 8
+FIGURES_VARIABLE = "NORMLAB_FIGURES"  # unset, "keep" or "redraw" (the module's docstring)
+
+
+def png_bytes(fig, metadata: dict[str, str]) -> bytes:
+    """The figure as PNG bytes, without metadata that changes between runs (this draws it)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None, **metadata})
+    return buffer.getvalue()
+
+
+def same_picture(old: bytes, new: bytes, tolerance: int = FIGURE_TOLERANCE) -> bool:
+    """Whether two PNGs have the same size, the same recorded texts and pixels within
+    ``tolerance`` levels in every channel."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(old)) as a, Image.open(io.BytesIO(new)) as b:
+        if a.size != b.size or a.info.get(TEXTS_KEY) != b.info.get(TEXTS_KEY):
+            return False
+        first = np.asarray(a.convert("RGBA"), dtype=np.int16)
+        second = np.asarray(b.convert("RGBA"), dtype=np.int16)
+    return int(np.abs(first - second).max()) <= tolerance
+
+
+def write_figure(path: Path, data: bytes) -> bool:
+    """Write the PNG ``data`` to ``path``, unless a file is there and ``NORMLAB_FIGURES`` says to
+    keep it: ``keep`` always, unset when it is the same picture (``same_picture``); ``redraw``
+    writes it anyway. Returns whether it wrote."""
+    mode = os.environ.get(FIGURES_VARIABLE, "")
+    if mode not in ("", "keep", "redraw"):
+        raise ValueError(f"{FIGURES_VARIABLE}={mode!r}: leave it unset, or set keep or redraw")
+    if path.is_file() and mode != "redraw":
+        if mode == "keep":
+            return False
+        old = path.read_bytes()
+        if old == data or same_picture(old, data):
+            return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None, **metadata})
+    path.write_bytes(data)
+    return True
 
 
 def figure_texts(path: Path) -> list[str] | None:
@@ -188,17 +242,16 @@ def bilingual_figure(draw, name: str):
     root = figures_dir().parent.parent
     translator = spanish(figure_labels(root))
     spanish_figure = draw(translator)
-    spanish_path = root / "es" / "theory" / "figures" / f"{name}.png"
-    _save(spanish_figure, spanish_path, {})  # drawing it makes the tick labels and legends
+    spanish_png = png_bytes(spanish_figure, {})  # drawing it makes the tick labels and legends
     missed = untranslated_texts(spanish_figure, translator)
     plt.close(spanish_figure)
     if missed:
-        spanish_path.unlink()
         raise ValueError(
             f"figure {name}: {missed} reached the figure without t(...); pass each through t "
             "and give its Spanish in es/figures.json (a name the same in both, as itself)"
         )
+    write_figure(root / "es" / "theory" / "figures" / f"{name}.png", spanish_png)
     english = draw(Translator(None))
     texts = json.dumps(translator.used)  # ASCII: a PNG text chunk is Latin-1
-    _save(english, figures_dir() / f"{name}.png", {TEXTS_KEY: texts})
+    write_figure(figures_dir() / f"{name}.png", png_bytes(english, {TEXTS_KEY: texts}))
     return english
