@@ -30,7 +30,7 @@ TORCHVISION_HINT = (
     "    pip install 'torch==2.14.1' 'torchvision==0.29.1' "
     "--index-url https://download.pytorch.org/whl/cpu\n"
     "(a torchvision from PyPI next to the course's CPU torch 2.13 fails to import). The download "
-    "(about 30 MB) needs network; the digits need neither."
+    "needs network; the digits need neither."
 )
 
 
