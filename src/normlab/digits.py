@@ -68,9 +68,10 @@ def load_split(
 def to_rows(images: np.ndarray, pixels: int = 8) -> np.ndarray:
     """Grey 28 x 28 images (0 to 255) as rows of ``pixels`` x ``pixels`` values in [0, 1].
 
-    ``pixels=28``: every pixel divided by 255. ``pixels=8``: the digits' own reduction, so that
-    the chapter's network (64 inputs) runs unchanged: each image padded with 2 black pixels on
-    every side to 32 x 32, then the mean of each block of 4 x 4.
+    ``pixels=28``: every pixel divided by 255. ``pixels=8``: much as the digits were made from
+    32 x 32 bitmaps counted in blocks of 4 x 4, so that the chapter's network (64 inputs) runs
+    unchanged: each image padded with 2 black pixels on every side to 32 x 32, then the mean of
+    each block of 4 x 4.
     """
     images = np.asarray(images, dtype=np.float64)
     if images.ndim != 3 or images.shape[1:] != (28, 28):
