@@ -43,7 +43,9 @@ LINK = re.compile(r"(?<!!)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(([^()\s]+)\)")
 
 
 def stems() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "theory").glob("[0-9][0-9]_*.md"))
+    from normlab import chapter_files
+
+    return [p.stem for p in chapter_files(ROOT / "theory", ".md")]
 
 
 # A page's folder and suffix -> (its Spanish twin's path, its English twin's path).

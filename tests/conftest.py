@@ -312,6 +312,42 @@ def told(results, name: str) -> str:
     return text
 
 
+# The checks modules' tests (tests/test_<name>_checks.py): a lab's report on the functions given,
+# what its failed checks say, and whether a probe's hint is among it.
+
+
+def lab_results(stem: str, **functions) -> list:
+    """The results of lab ``stem``'s checks of ``functions``, as ``check()`` reports them."""
+    from normlab.grader import notebook
+
+    _, results = notebook.run(lab=stem, **functions)
+    return results
+
+
+def messages(results) -> str:
+    """The messages of the failed checks, one after another."""
+    return "\n".join(r.message for r in results if not r.passed)
+
+
+def hints(probes) -> dict[str, str]:
+    """Probe name -> its hint, over ``probes`` (a list of Probes or of slips)."""
+    return {probe.name: probe.hint for probe in probes}
+
+
+def caught(results, probes, name: str) -> bool:
+    """Some check failed, and a failed check gives the hint of a probe of ``probes`` called
+    ``name`` (two probes of a lab, for two functions, may share a name and differ in hint)."""
+    given = [probe.hint for probe in probes if probe.name == name]
+    assert given, f"no probe called {name!r}"
+    text = messages(results)
+    return not all(r.passed for r in results) and any(hint in text for hint in given)
+
+
+def assert_caught(results, probes, name: str) -> None:
+    """``caught``, asserted, with the failed checks' messages when it is not."""
+    assert caught(results, probes, name), messages(results) or "every check passed"
+
+
 # Headless Chromium for the tests that click through pages (Playwright drives Debian's build).
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 

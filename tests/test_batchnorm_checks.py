@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
-from conftest import told
+from conftest import hints, lab_results, messages, told
 
-from normlab.grader import notebook
 from normlab.grader.checks import batchnorm as bn
 
-HINTS = {probe.name: probe.hint for probe in bn.FORWARD_PROBES + bn.BACKWARD_PROBES}
+HINTS = hints(bn.FORWARD_PROBES + bn.BACKWARD_PROBES)
 
 
-def run(**functions):
-    _, results = notebook.run(lab="02_batchnorm", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
+run = functools.partial(lab_results, "02_batchnorm")
 
 
 # ----------------------------------------------------------------------------- references
@@ -496,8 +491,8 @@ def test_cs231n_style_with_the_unbiased_running_variance_gets_full_marks():
     assert [r.message for r in results if not r.passed] == []
 
 
-FORWARD_HINTS = {probe.name: probe.hint for probe in bn.FORWARD_PROBES}
-BACKWARD_HINTS = {probe.name: probe.hint for probe in bn.BACKWARD_PROBES}
+FORWARD_HINTS = hints(bn.FORWARD_PROBES)
+BACKWARD_HINTS = hints(bn.BACKWARD_PROBES)
 
 
 @pytest.mark.parametrize("value, text", [(1e-5, "1e-5"), (1e-6, "1e-6"), (1e-8, "1e-8")])

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
-from conftest import told
+from conftest import hints, lab_results, messages, told
 
-from normlab.grader import notebook
 from normlab.grader.checks import cost
 from normlab.grader.probes import number_key
 
-RMS_HINTS = {probe.name: probe.hint for probe in cost.RMS_PROBES}
-LAYER_HINTS = {probe.name: probe.hint for probe in cost.LAYER_PROBES}
-BYTES_HINTS = {slip.name: slip.hint for slip in cost.BYTES_SLIPS}
-INTENSITY_HINTS = {slip.name: slip.hint for slip in cost.INTENSITY_SLIPS}
-ROOFLINE_HINTS = {slip.name: slip.hint for slip in cost.ROOFLINE_SLIPS}
+RMS_HINTS = hints(cost.RMS_PROBES)
+LAYER_HINTS = hints(cost.LAYER_PROBES)
+BYTES_HINTS = hints(cost.BYTES_SLIPS)
+INTENSITY_HINTS = hints(cost.INTENSITY_SLIPS)
+ROOFLINE_HINTS = hints(cost.ROOFLINE_SLIPS)
 
 
-def run(**functions):
-    _, results = notebook.run(lab="07_cost", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
+run = functools.partial(lab_results, "07_cost")
 
 
 # ----------------------------------------------------------------------------- references
@@ -252,7 +247,7 @@ def test_unbiased_variance_fails():
 
 # ----------------------------------------------------------------------------- fused norms
 
-FUSED_HINTS = {probe.name: probe.hint for probe in cost.FUSED_LAYER_PROBES}
+FUSED_HINTS = hints(cost.FUSED_LAYER_PROBES)
 FUSED_LAYER_CHECKS = [c.name for c in cost.LAB.checks if "layernorm_fused" in c.uses]
 
 

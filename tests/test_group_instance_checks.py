@@ -7,12 +7,14 @@ equals ``F.batch_norm`` (training mode), ``F.layer_norm``, ``F.instance_norm`` a
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import caught, lab_results, messages
 
-from normlab.grader import notebook
 from normlab.grader.checks import group_instance as gi
 
 PROBES = (
@@ -23,23 +25,9 @@ PROBES = (
     + gi.DYT_BACKWARD_PROBES
     + gi.STAT_GRADS_PROBES
 )
-HINTS = {}
-for _probe in PROBES:
-    HINTS.setdefault(_probe.name, []).append(_probe.hint)
 
 
-def run(**functions):
-    _, results = notebook.run(lab="05_group_instance", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
-
-
-def caught_with(results, probe_name) -> bool:
-    text = messages(results)
-    return not all(r.passed for r in results) and any(h in text for h in HINTS[probe_name])
+run = functools.partial(lab_results, "05_group_instance")
 
 
 # ----------------------------------------------------------------------------- references
@@ -201,7 +189,7 @@ def _normalize_with(ddof=0, eps_where="inside", axes_rule=None):
     ],
 )
 def test_normalize_over_bug_is_caught_with_its_hint(buggy, probe):
-    assert caught_with(run(normalize_over=buggy), probe)
+    assert caught(run(normalize_over=buggy), PROBES, probe)
 
 
 def test_instance_norm_over_the_batch_too_is_named():
@@ -290,7 +278,7 @@ def channels_last_group_norm(x, num_groups, gamma, beta, eps=1e-5):
     ],
 )
 def test_group_norm_forward_bug_is_caught_with_its_hint(buggy, probe):
-    assert caught_with(run(group_norm_forward=buggy), probe)
+    assert caught(run(group_norm_forward=buggy), PROBES, probe)
 
 
 def test_affine_on_the_last_axis_gets_the_channel_hint_when_it_cannot_broadcast():
@@ -354,7 +342,7 @@ def _group_backward_with(change):
     ],
 )
 def test_group_norm_backward_bug_is_caught_with_its_hint(change, probe):
-    assert caught_with(run(group_norm_backward=_group_backward_with(change)), probe)
+    assert caught(run(group_norm_backward=_group_backward_with(change)), PROBES, probe)
 
 
 def test_autograd_in_group_norm_backward_earns_nothing():
@@ -411,7 +399,7 @@ def test_dyt_forward_bug_is_caught_with_its_hint(buggy, probe):
     def dyt(x, alpha, gamma, beta):
         return buggy(x, alpha, gamma, beta)
 
-    assert caught_with(run(dyt_forward=dyt), probe)
+    assert caught(run(dyt_forward=dyt), PROBES, probe)
 
 
 def test_dyt_with_a_per_element_alpha_array_fails():
@@ -465,7 +453,7 @@ def _dyt_backward_with(change):
     ],
 )
 def test_dyt_backward_bug_is_caught_with_its_hint(change, probe):
-    assert caught_with(run(dyt_backward=_dyt_backward_with(change)), probe)
+    assert caught(run(dyt_backward=_dyt_backward_with(change)), PROBES, probe)
 
 
 def test_dalpha_as_a_python_float_or_a_zero_d_array_is_accepted():
@@ -635,7 +623,7 @@ def _stat_grads_with(change):
     ],
 )
 def test_statistics_gradient_bug_is_caught_with_its_hint(change, probe):
-    assert caught_with(run(group_stat_grads=_stat_grads_with(change)), probe)
+    assert caught(run(group_stat_grads=_stat_grads_with(change)), PROBES, probe)
 
 
 def test_statistics_gradients_per_channel_are_a_shape_error():
@@ -686,6 +674,6 @@ def _with_eps(function, value):
 @pytest.mark.parametrize("function", [normalize_over, group_norm_forward, group_norm_backward])
 def test_eps_accepted_but_ignored_is_named(function, value, text):
     results = run(**{function.__name__: _with_eps(function, value)})
-    assert caught_with(results, f"eps ignored ({text} hard-coded)")
+    assert caught(results, PROBES, f"eps ignored ({text} hard-coded)")
     if value == 1e-5:  # the lab's default: only the case with eps = 1e-3 can tell
         assert "eps = 1e-3" in messages(results)

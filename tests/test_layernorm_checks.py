@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
-from conftest import told
+from conftest import hints, lab_results, messages, told
 
-from normlab.grader import notebook
 from normlab.grader.checks import layernorm as ln
 from normlab.grader.report import CheckReport
 
-HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES + ln.BACKWARD_PROBES}
-FORWARD_HINTS = {probe.name: probe.hint for probe in ln.FORWARD_PROBES}
-BACKWARD_HINTS = {probe.name: probe.hint for probe in ln.BACKWARD_PROBES}
+HINTS = hints(ln.FORWARD_PROBES + ln.BACKWARD_PROBES)
+FORWARD_HINTS = hints(ln.FORWARD_PROBES)
+BACKWARD_HINTS = hints(ln.BACKWARD_PROBES)
 
 
-def run(**functions):
-    _, results = notebook.run(lab="03_layernorm", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
+run = functools.partial(lab_results, "03_layernorm")
 
 
 # ----------------------------------------------------------------------------- references

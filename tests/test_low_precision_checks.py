@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from conftest import hints, lab_results, messages
 
-from normlab.grader import notebook
 from normlab.grader.checks import low_precision as lp
 
-HINTS = {
-    function: {probe.name: probe.hint for probe in probes} for function, probes in lp.PROBES.items()
-}
+HINTS = {function: hints(probes) for function, probes in lp.PROBES.items()}
 
 
-def run(**functions):
-    _, results = notebook.run(lab="10_low_precision", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
+run = functools.partial(lab_results, "10_low_precision")
 
 
 # ----------------------------------------------------------------------------- references

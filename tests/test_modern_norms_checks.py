@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
+from conftest import assert_caught, lab_results, messages
 
-from normlab.grader import notebook
 from normlab.grader.checks import modern_norms as lab
 
-HINTS = {}
-for _probe in lab.QK_PROBES + lab.QK_GRAD_PROBES + lab.POLICY_PROBES + lab.SUBLAYER_PROBES:
-    HINTS.setdefault(_probe.name, []).append(_probe.hint)
+PROBES = lab.QK_PROBES + lab.QK_GRAD_PROBES + lab.POLICY_PROBES + lab.SUBLAYER_PROBES
 
 
-def run(**given):
-    _, results = notebook.run(lab="09_modern_norms", **given)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
-
-
-def assert_caught(results, probe_name):
-    assert not all(r.passed for r in results)
-    assert any(hint in messages(results) for hint in HINTS[probe_name]), messages(results)
+run = functools.partial(lab_results, "09_modern_norms")
 
 
 # ----------------------------------------------------------------------------- references
@@ -176,11 +164,11 @@ def test_a_right_attention_through_autograd_of_the_learners_function_passes():
     ],
 )
 def test_qknorm_bug_is_caught_with_its_hint(buggy, probe):
-    assert_caught(run(qknorm_attention=buggy), probe)
+    assert_caught(run(qknorm_attention=buggy), PROBES, probe)
 
 
 def test_detached_rms_is_caught_with_its_hint():
-    assert_caught(run(qknorm_grads=qk_grads(detach=True)), "RMS detached")
+    assert_caught(run(qknorm_grads=qk_grads(detach=True)), PROBES, "RMS detached")
 
 
 def test_rotary_before_the_norm_passes_when_the_gains_are_constant():
@@ -208,7 +196,7 @@ def test_rotary_before_the_norm_passes_when_the_gains_are_constant():
     ],
 )
 def test_policy_bug_is_caught_with_its_hint(buggy, probe):
-    assert_caught(run(policy_rmsnorm_bf16=buggy), probe)
+    assert_caught(run(policy_rmsnorm_bf16=buggy), PROBES, probe)
 
 
 def test_the_two_cast_orders_differ_in_many_values_and_a_right_answer_in_none():
@@ -251,7 +239,7 @@ def test_the_two_cast_orders_differ_in_many_values_and_a_right_answer_in_none():
     ],
 )
 def test_placement_bug_is_caught_with_its_hint(bugs, probe):
-    assert_caught(run(sublayer_output=sublayer_with(**bugs)), probe)
+    assert_caught(run(sublayer_output=sublayer_with(**bugs)), PROBES, probe)
 
 
 def test_a_peri_bug_fails_only_the_peri_check():

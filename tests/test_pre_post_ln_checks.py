@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, assert_caught, lab_results, messages
 
-from normlab.grader import notebook
 from normlab.grader.checks import pre_post_ln as lab
 
 PROBES = (
@@ -21,23 +21,9 @@ PROBES = (
     + lab.STACK_PROBES
     + lab.WARMUP_PROBES
 )
-HINTS = {}
-for _probe in PROBES:
-    HINTS.setdefault(_probe.name, []).append(_probe.hint)
 
 
-def run(**functions):
-    _, results = notebook.run(lab="06_pre_post_ln", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
-
-
-def assert_caught(results, probe_name):
-    assert not all(r.passed for r in results)
-    assert any(hint in messages(results) for hint in HINTS[probe_name]), messages(results)
+run = functools.partial(lab_results, "06_pre_post_ln")
 
 
 # ----------------------------------------------------------------------------- references
@@ -184,7 +170,7 @@ def ln_variant(ddof=0, eps="inside", dim=-1, affine="normal"):
     ],
 )
 def test_layernorm_bug_is_caught_with_its_hint(buggy, probe):
-    assert_caught(run(scratch_layernorm=buggy), probe)
+    assert_caught(run(scratch_layernorm=buggy), PROBES, probe)
 
 
 def test_torch_default_var_is_the_unbiased_trap():
@@ -204,7 +190,7 @@ def test_torch_default_var_is_the_unbiased_trap():
     ],
 )
 def test_cut_autograd_graph_is_caught_with_its_hint(options, probe):
-    assert_caught(run(scratch_layernorm_grads=grads_with(**options)), probe)
+    assert_caught(run(scratch_layernorm_grads=grads_with(**options)), PROBES, probe)
 
 
 def test_statistics_through_numpy_lose_the_gradient():
@@ -214,7 +200,9 @@ def test_statistics_through_numpy_lose_the_gradient():
         var = torch.from_numpy(array.var(-1, keepdims=True))
         return (x - mean) / torch.sqrt(var + eps) * gamma + beta
 
-    assert_caught(run(scratch_layernorm_grads=grads_with(norm=via_numpy)), "statistics detached")
+    assert_caught(
+        run(scratch_layernorm_grads=grads_with(norm=via_numpy)), PROBES, "statistics detached"
+    )
 
 
 def rms_variant(centre=False, eps="inside", reduce="mean", use_gamma=True):
@@ -244,7 +232,7 @@ def rms_variant(centre=False, eps="inside", reduce="mean", use_gamma=True):
     ],
 )
 def test_rmsnorm_bug_is_caught_with_its_hint(buggy, probe):
-    assert_caught(run(scratch_rmsnorm=buggy), probe)
+    assert_caught(run(scratch_rmsnorm=buggy), PROBES, probe)
 
 
 def test_numpy_result_is_refused_a_tensor_is_expected():
@@ -273,7 +261,7 @@ PRE_BUGS = [
 
 @pytest.mark.parametrize("rules, swap, probe", POST_BUGS + PRE_BUGS)
 def test_block_bug_is_caught_with_its_hint(rules, swap, probe):
-    assert_caught(run(block_output=block_with(rules, swap)), probe)
+    assert_caught(run(block_output=block_with(rules, swap)), PROBES, probe)
 
 
 def test_a_post_bug_fails_only_the_post_checks():
@@ -293,7 +281,7 @@ def test_a_post_bug_fails_only_the_post_checks():
     ],
 )
 def test_stack_bug_is_caught_with_its_hint(final_for, probe):
-    assert_caught(run(stack_output=stack_with(final_for)), probe)
+    assert_caught(run(stack_output=stack_with(final_for)), PROBES, probe)
 
 
 def test_stack_gradients_must_match_too():
@@ -345,7 +333,7 @@ def test_library_layernorm_inside_a_block_is_trapped_at_run_time():
     ],
 )
 def test_warmup_bug_is_caught_with_its_hint(buggy, probe):
-    assert_caught(run(linear_warmup_lr=buggy), probe)
+    assert_caught(run(linear_warmup_lr=buggy), PROBES, probe)
 
 
 def test_warmup_of_zero_steps_must_not_divide_by_zero():

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
-from conftest import told
+from conftest import hints, lab_results, messages, told
 
-from normlab.grader import notebook
 from normlab.grader.checks import rmsnorm as rn
 
-FORWARD_HINTS = {probe.name: probe.hint for probe in rn.FORWARD_PROBES}
-BACKWARD_HINTS = {probe.name: probe.hint for probe in rn.BACKWARD_PROBES}
-LAYER_JACOBIAN_HINTS = {probe.name: probe.hint for probe in rn.LAYER_JACOBIAN_PROBES}
-RMS_JACOBIAN_HINTS = {probe.name: probe.hint for probe in rn.RMS_JACOBIAN_PROBES}
+FORWARD_HINTS = hints(rn.FORWARD_PROBES)
+BACKWARD_HINTS = hints(rn.BACKWARD_PROBES)
+LAYER_JACOBIAN_HINTS = hints(rn.LAYER_JACOBIAN_PROBES)
+RMS_JACOBIAN_HINTS = hints(rn.RMS_JACOBIAN_PROBES)
 
 
-def run(**functions):
-    _, results = notebook.run(lab="04_rmsnorm", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
+run = functools.partial(lab_results, "04_rmsnorm")
 
 
 # ----------------------------------------------------------------------------- references

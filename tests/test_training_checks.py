@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
-from conftest import told
+from conftest import lab_results, told
 
-from normlab.grader import notebook
 from normlab.grader.checks import training as tr
 
 HINTS = {
@@ -16,9 +17,7 @@ HINTS = {
 }
 
 
-def run(**functions):
-    _, results = notebook.run(lab="08_training", **functions)
-    return results
+run = functools.partial(lab_results, "08_training")
 
 
 def failed(results) -> list[str]:

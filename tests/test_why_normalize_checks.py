@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from conftest import lab_results, messages
 
-from normlab.grader import notebook
 from normlab.grader.checks import why_normalize as wn
 
 HINTS = {
@@ -17,13 +19,7 @@ HINTS = {
 }
 
 
-def run(**functions):
-    _, results = notebook.run(lab="01_why_normalize", **functions)
-    return results
-
-
-def messages(results) -> str:
-    return "\n".join(r.message for r in results if not r.passed)
+run = functools.partial(lab_results, "01_why_normalize")
 
 
 # ----------------------------------------------------------------------------- references

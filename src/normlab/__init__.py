@@ -7,13 +7,14 @@ A notebook imports what it needs from here::
 
 from __future__ import annotations
 
+import fnmatch
 import random
 from pathlib import Path
 
 #: the course's version (pyproject.toml reads it from here)
 __version__ = "0.1.0"
 
-__all__ = ["check", "set_language", "set_seed", "chapter_files", "__version__"]
+__all__ = ["check", "set_language", "set_seed", "chapter_files", "is_chapter_stem", "__version__"]
 
 #: a chapter's files share a stem: two digits, an underscore, a name (``03_layernorm``)
 STEM_PATTERN = "[0-9][0-9]_*"
@@ -23,6 +24,11 @@ def chapter_files(folder: str | Path, suffix: str) -> list[Path]:
     """The course files of ``folder`` whose names are a chapter's stem + ``suffix``
     (``chapter_files("solutions", ".ipynb")``: ``solutions/01_why_normalize.ipynb``, ...), sorted."""
     return sorted(Path(folder).glob(STEM_PATTERN + suffix))
+
+
+def is_chapter_stem(stem: str) -> bool:
+    """Whether ``stem`` has a chapter's form (``"03_layernorm"``; not ``"START_HERE"``)."""
+    return fnmatch.fnmatchcase(stem, STEM_PATTERN)
 
 
 def set_seed(seed: int = 0) -> None:

@@ -411,6 +411,12 @@ def expect_array(
             + explain(found, hint),
             named(found),
         )
+    _expect_close(got, got64, expected, bad_expected, what, rtol, atol, candidates, index, hint)
+
+
+def _expect_close(got, got64, expected, bad_expected, what, rtol, atol, candidates, index, hint):
+    """``expect_array``'s last test: every finite value within ``atol + rtol * |expected|``;
+    else fail with the worst element, the errors and the probe (or float32 slip) it matches."""
     with np.errstate(all="ignore"):
         abs_error = np.where(bad_expected, 0.0, np.abs(got64 - expected))
         allowed = atol + rtol * np.abs(expected)
@@ -420,7 +426,7 @@ def expect_array(
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     worst_index = tuple(int(i) for i in worst)
     rel = abs_error / np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
-    found = matched()
+    found = matching_probes(got64, candidates, index, rtol, atol)
     why = explain(found, hint)
     if not found:
         found = float32_matches(got, expected, candidates, index, rtol)

@@ -3,12 +3,12 @@ that exist (``normlab translations check``)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
 import nbformat
 
+from normlab import chapter_files, is_chapter_stem
 from normlab.translation.catalog import catalog_path, catalog_problems, load_catalog
 from normlab.translation.glossary import GLOSSARY, glossary_problems
 from normlab.translation.parity import (
@@ -27,7 +27,7 @@ def coverage(root: Path) -> dict[str, list[str]]:
     """Stem -> the Spanish parts it lacks (chapter, worked solutions, lab catalog)."""
     root = Path(root)
     missing = {}
-    for chapter in sorted((root / "theory").glob("[0-9][0-9]_*.md")):
+    for chapter in chapter_files(root / "theory", ".md"):
         stem = chapter.stem
         parts = {
             "chapter": root / LANG / "theory" / f"{stem}.md",
@@ -95,9 +95,7 @@ def start_page_problems(root: Path) -> list[str]:
 
     def claimed(target: str) -> bool:
         stem = PurePosixPath(target).stem
-        return (
-            not re.match(r"[0-9][0-9]_", stem) or (root / LANG / "theory" / f"{stem}.md").is_file()
-        )
+        return not is_chapter_stem(stem) or (root / LANG / "theory" / f"{stem}.md").is_file()
 
     english = Counter({t: n for t, n in english.items() if claimed(t)})
     if english == spanish:

@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 
 import nbformat
 
+from normlab import chapter_files
 from normlab.translation.scope import LANG, MIRRORED, START_PAGE
 
 STAMP = re.compile(r"^<!-- es: translation of (\S+) sha256=([0-9a-f]{64}) -->[ \t]*$")
@@ -57,13 +58,13 @@ def english_of(spanish: str) -> str:
 def spanish_markdown(root: Path) -> list[Path]:
     """The Spanish chapters and worked solutions that exist."""
     es = Path(root) / LANG
-    return [p for folder in MIRRORED for p in sorted((es / folder).glob("[0-9][0-9]_*.md"))]
+    return [p for folder in MIRRORED for p in chapter_files(es / folder, ".md")]
 
 
 def stamped_files(root: Path) -> list[Path]:
     """Every hand-written Spanish file that carries a stamp (those that exist)."""
     es = Path(root) / LANG
-    found = [p for folder in MIRRORED for p in sorted((es / folder).glob("[0-9][0-9]_*.md"))]
+    found = [p for folder in MIRRORED for p in chapter_files(es / folder, ".md")]
     found += [p for p in (es / "README.md", es / START_PAGE) if p.is_file()]
     return found
 

@@ -457,15 +457,63 @@ PROBES = {
 # ----------------------------------------------------------------------------- norm checks
 
 
+def _norm_args(norm, x, gamma, beta, **out):
+    """A kernel's arguments: x, gamma (and beta, for LayerNorm), eps, and ``out=`` if given."""
+    shifts = () if norm == "rmsnorm" else (beta,)
+    return Args(x, gamma, *shifts, eps=EPS, **out)
+
+
+def _expect_shapes(sub, graded, norm, rng, **out):
+    """Random x of shapes (6, 8) and (2, 3, 16), with gamma (and beta) drawn first."""
+    for shape in [(6, 8), (2, 3, 16)]:
+        gamma, beta = params(rng, shape[-1])
+        args = _norm_args(norm, rows(rng, shape), gamma, beta, **out)
+        graded.expect(sub, args, what=f"x of shape {shape}")
+
+
+def _expect_float32(sub, graded, norm, rng, **out):
+    """float32 x of shape (5, 64) stays float32 and is right to float32's tolerance."""
+    gamma, beta = params(rng, 64, np.float32)
+    x32 = rows(rng, (5, 64)).astype(np.float32)
+    args = _norm_args(norm, x32, gamma, beta, **out)
+    graded.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
+
+
+def _expect_layer_offset(sub, graded, rng, **out):
+    """LayerNorm of float32 x = 1e4 + noise: a two-pass or fused kernel does not cancel."""
+    gamma, beta = params(rng, 64, np.float32)
+    x = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
+    graded.expect(
+        sub,
+        Args(x, gamma, beta, eps=EPS, **out),
+        what="float32 x = 1e4 + noise, shape (4, 64)",
+        tol=OFFSET,
+        dtype=np.float32,
+    )
+
+
+def _expect_layer_edges(sub, graded, rng, **out):
+    """LayerNorm of a constant row, of d = 1 and of a non-contiguous view; (gamma, beta) of d = 8."""
+    x = rows(rng, (4, 8))
+    x[0] = 3.0  # variance exactly 0: the output is beta
+    x[1] = 3.0 + 1e-3 * rng.normal(size=8)  # variance ~1e-6, below eps
+    gamma, beta = params(rng, 8)
+    args = Args(x, gamma, beta, eps=EPS, **out)
+    graded.expect(sub, args, what="a constant row and a row of variance ~1e-6")
+    args = Args(rows(rng, (5, 1)), gamma[:1], beta[:1], eps=EPS, **out)
+    graded.expect(sub, args, what="d = 1")
+    view = rows(rng, (3, 16))[:, ::2]
+    graded.expect(
+        sub, Args(view, gamma, beta, eps=EPS, **out), what="a non-contiguous view x[:, ::2]"
+    )
+    return gamma, beta
+
+
 @LAB.check(
     "RMSNorm two-pass matches torch, (N, d) and (B, L, d)", points=2, uses=["rmsnorm_two_pass"]
 )
 def rms_random(sub):
-    rng = np.random.default_rng(700)
-    for shape in [(6, 8), (2, 3, 16)]:
-        gamma, _ = params(rng, shape[-1])
-        args = Args(rows(rng, shape), gamma, eps=EPS, out=None)
-        TWO_PASS["rmsnorm"].expect(sub, args, what=f"x of shape {shape}")
+    _expect_shapes(sub, TWO_PASS["rmsnorm"], "rmsnorm", np.random.default_rng(700), out=None)
 
 
 @LAB.check(
@@ -476,10 +524,7 @@ def rms_random(sub):
 def rms_edges(sub):
     rng = np.random.default_rng(701)
     two_pass = TWO_PASS["rmsnorm"]
-    gamma, _ = params(rng, 64, np.float32)
-    x32 = rows(rng, (5, 64)).astype(np.float32)
-    args = Args(x32, gamma, eps=EPS, out=None)
-    two_pass.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
+    _expect_float32(sub, two_pass, "rmsnorm", rng, out=None)
     x = rows(rng, (4, 16))
     x[0] = 0.0
     x[1] *= 1e-3  # RMS ~ sqrt(eps): inside vs outside the root differ most
@@ -508,11 +553,7 @@ def rms_out(sub):
     uses=["layernorm_two_pass"],
 )
 def layer_random(sub):
-    rng = np.random.default_rng(710)
-    for shape in [(6, 8), (2, 3, 16)]:
-        gamma, beta = params(rng, shape[-1])
-        args = Args(rows(rng, shape), gamma, beta, eps=EPS, out=None)
-        TWO_PASS["layernorm"].expect(sub, args, what=f"x of shape {shape}")
+    _expect_shapes(sub, TWO_PASS["layernorm"], "layernorm", np.random.default_rng(710), out=None)
 
 
 @LAB.check(
@@ -521,16 +562,7 @@ def layer_random(sub):
     uses=["layernorm_two_pass"],
 )
 def layer_offset(sub):
-    rng = np.random.default_rng(711)
-    gamma, beta = params(rng, 64, np.float32)
-    x = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
-    TWO_PASS["layernorm"].expect(
-        sub,
-        Args(x, gamma, beta, eps=EPS, out=None),
-        what="float32 x = 1e4 + noise, shape (4, 64)",
-        tol=OFFSET,
-        dtype=np.float32,
-    )
+    _expect_layer_offset(sub, TWO_PASS["layernorm"], np.random.default_rng(711), out=None)
 
 
 @LAB.check(
@@ -541,18 +573,7 @@ def layer_offset(sub):
 def layer_edges(sub):
     rng = np.random.default_rng(712)
     two_pass = TWO_PASS["layernorm"]
-    x = rows(rng, (4, 8))
-    x[0] = 3.0  # variance exactly 0: the output is beta
-    x[1] = 3.0 + 1e-3 * rng.normal(size=8)  # variance ~1e-6, below eps
-    gamma, beta = params(rng, 8)
-    args = Args(x, gamma, beta, eps=EPS, out=None)
-    two_pass.expect(sub, args, what="a constant row and a row of variance ~1e-6")
-    two_pass.expect(
-        sub, Args(rows(rng, (5, 1)), gamma[:1], beta[:1], eps=EPS, out=None), what="d = 1"
-    )
-    wide = rows(rng, (3, 16))
-    args = Args(wide[:, ::2], gamma, beta, eps=EPS, out=None)
-    two_pass.expect(sub, args, what="a non-contiguous view x[:, ::2]")
+    gamma, beta = _expect_layer_edges(sub, two_pass, rng, out=None)
     x = rows(rng, (2, 3, 8))
     args = Args(x, gamma, beta, eps=EPS, out=np.ones_like(x))
     two_pass.expect(sub, args, what="with out= a preallocated array")
@@ -601,15 +622,8 @@ def _into_out(sub, graded, x, *rest, what):
 )
 def rms_fused_random(sub):
     rng = np.random.default_rng(720)
-    fused = FUSED["rmsnorm"]
-    for shape in [(6, 8), (2, 3, 16)]:
-        gamma, _ = params(rng, shape[-1])
-        x = rows(rng, shape)
-        fused.expect(sub, Args(x, gamma, eps=EPS), what=f"x of shape {shape}")
-    gamma, _ = params(rng, 64, np.float32)
-    x32 = rows(rng, (5, 64)).astype(np.float32)
-    args = Args(x32, gamma, eps=EPS)
-    fused.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
+    _expect_shapes(sub, FUSED["rmsnorm"], "rmsnorm", rng)
+    _expect_float32(sub, FUSED["rmsnorm"], "rmsnorm", rng)
 
 
 @LAB.check(
@@ -638,15 +652,8 @@ def rms_fused_edges(sub):
 )
 def layer_fused_random(sub):
     rng = np.random.default_rng(730)
-    fused = FUSED["layernorm"]
-    for shape in [(6, 8), (2, 3, 16)]:
-        gamma, beta = params(rng, shape[-1])
-        x = rows(rng, shape)
-        fused.expect(sub, Args(x, gamma, beta, eps=EPS), what=f"x of shape {shape}")
-    gamma, beta = params(rng, 64, np.float32)
-    x32 = rows(rng, (5, 64)).astype(np.float32)
-    args = Args(x32, gamma, beta, eps=EPS)
-    fused.expect(sub, args, what="float32 x of shape (5, 64)", tol=F32, dtype=np.float32)
+    _expect_shapes(sub, FUSED["layernorm"], "layernorm", rng)
+    _expect_float32(sub, FUSED["layernorm"], "layernorm", rng)
 
 
 @LAB.check(
@@ -657,15 +664,7 @@ def layer_fused_random(sub):
 def layer_fused_offset(sub):
     rng = np.random.default_rng(731)
     fused = FUSED["layernorm"]
-    gamma, beta = params(rng, 64, np.float32)
-    x32 = (1e4 + rng.normal(size=(4, 64))).astype(np.float32)
-    fused.expect(
-        sub,
-        Args(x32, gamma, beta, eps=EPS),
-        what="float32 x = 1e4 + noise, shape (4, 64)",
-        tol=OFFSET,
-        dtype=np.float32,
-    )
+    _expect_layer_offset(sub, fused, rng)
     gamma, beta = params(rng, 64)
     x64 = 1e8 + rng.normal(size=(4, 64))
     args = Args(x64, gamma, beta, eps=EPS)
@@ -681,15 +680,7 @@ def layer_fused_offset(sub):
 def layer_fused_edges(sub):
     rng = np.random.default_rng(732)
     fused = FUSED["layernorm"]
-    x = rows(rng, (4, 8))
-    x[0] = 3.0
-    x[1] = 3.0 + 1e-3 * rng.normal(size=8)
-    gamma, beta = params(rng, 8)
-    what = "a constant row and a row of variance ~1e-6"
-    fused.expect(sub, Args(x, gamma, beta, eps=EPS), what=what)
-    fused.expect(sub, Args(rows(rng, (5, 1)), gamma[:1], beta[:1], eps=EPS), what="d = 1")
-    view = rows(rng, (3, 16))[:, ::2]
-    fused.expect(sub, Args(view, gamma, beta, eps=EPS), what="a non-contiguous view x[:, ::2]")
+    gamma, beta = _expect_layer_edges(sub, fused, rng)
     x = rows(rng, (2, 3, 8))
     _into_out(sub, fused, x, gamma, beta, what="x of shape (2, 3, 8)")
 

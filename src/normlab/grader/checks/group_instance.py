@@ -880,15 +880,34 @@ def group_forward_batch_independent(sub):
 # ----------------------------------------------------------------------------- part 3
 
 
-@LAB.check("GroupNorm backward: dx matches autograd", points=2, uses=["group_norm_backward"])
-def group_backward_dx(sub):
-    rng = np.random.default_rng(70)
+def _gradient_cases(rng):
+    """(shape, G, Args(dy, x, G, gamma, eps)) for random x of shape (2, 6, 3, 3) and (3, 4, 5):
+    the cases of GroupNorm's backward and of problem 4's statistics' gradients."""
     for shape, groups in [((2, 6, 3, 3), 3), ((3, 4, 5), 2)]:
         x = images(rng, shape)
         gamma, _ = channel_params(rng, shape[1])
         dy = rng.normal(size=shape)
-        args = Args(dy, x, groups, gamma, eps=EPS)
-        GROUP_BACKWARD.expect(sub, args, what=f"x of shape {shape}, G={groups}", indices=[0], x=x)
+        yield shape, groups, Args(dy, x, groups, gamma, eps=EPS)
+
+
+def _extreme_gradient_cases(rng):
+    """(G, Args) for 1 and C groups of x of shape (2, 4, 3, 2), then G = 3 of x of shape (4, 6)."""
+    x = images(rng, (2, 4, 3, 2))
+    gamma, _ = channel_params(rng, 4)
+    dy = rng.normal(size=x.shape)
+    for groups in (1, 4):
+        yield groups, Args(dy, x, groups, gamma, eps=EPS)
+    flat = images(rng, (4, 6))
+    gamma, _ = channel_params(rng, 6)
+    yield 3, Args(rng.normal(size=(4, 6)), flat, 3, gamma, eps=EPS)
+
+
+@LAB.check("GroupNorm backward: dx matches autograd", points=2, uses=["group_norm_backward"])
+def group_backward_dx(sub):
+    rng = np.random.default_rng(70)
+    for shape, groups, args in _gradient_cases(rng):
+        what = f"x of shape {shape}, G={groups}"
+        GROUP_BACKWARD.expect(sub, args, what=what, indices=[0], x=args.args[1])
     # an eps that nobody hard-codes: an eps accepted but ignored shows
     x = images(rng, (2, 4, 3))
     gamma, _ = channel_params(rng, 4)
@@ -918,16 +937,12 @@ def group_backward_params(sub):
 )
 def group_backward_extremes(sub):
     rng = np.random.default_rng(72)
-    x = images(rng, (2, 4, 3, 2))
-    gamma, _ = channel_params(rng, 4)
-    dy = rng.normal(size=x.shape)
-    for groups in (1, 4):
-        args = Args(dy, x, groups, gamma, eps=EPS)
-        GROUP_BACKWARD.expect(sub, args, what=f"num_groups={groups}", x=x)
-    flat = images(rng, (4, 6))
-    gamma, _ = channel_params(rng, 6)
-    args = Args(rng.normal(size=(4, 6)), flat, 3, gamma, eps=EPS)
-    GROUP_BACKWARD.expect(sub, args, what="x of shape (4, 6)", indices=[0], x=flat)
+    for groups, args in _extreme_gradient_cases(rng):
+        x = args.args[1]
+        if x.ndim == 2:
+            GROUP_BACKWARD.expect(sub, args, what="x of shape (4, 6)", indices=[0], x=x)
+        else:
+            GROUP_BACKWARD.expect(sub, args, what=f"num_groups={groups}", x=x)
 
 
 # ----------------------------------------------------------------------------- part 4
@@ -1208,13 +1223,8 @@ def _stat_grads_case(sub, args, what):
 )
 def problem_stat_grads(sub):
     rng = np.random.default_rng(90)
-    for shape, groups in [((2, 6, 3, 3), 3), ((3, 4, 5), 2)]:
-        x = images(rng, shape)
-        gamma, _ = channel_params(rng, shape[1])
-        dy = rng.normal(size=shape)
-        _stat_grads_case(
-            sub, Args(dy, x, groups, gamma, eps=EPS), f"x of shape {shape}, G={groups}"
-        )
+    for shape, groups, args in _gradient_cases(rng):
+        _stat_grads_case(sub, args, f"x of shape {shape}, G={groups}")
 
 
 @LAB.check(
@@ -1224,14 +1234,6 @@ def problem_stat_grads(sub):
 )
 def problem_stat_grads_extremes(sub):
     rng = np.random.default_rng(91)
-    x = images(rng, (2, 4, 3, 2))
-    gamma, _ = channel_params(rng, 4)
-    dy = rng.normal(size=x.shape)
-    for groups in (1, 4):
-        args = Args(dy, x, groups, gamma, eps=EPS)
-        _stat_grads_case(sub, args, f"x of shape (2, 4, 3, 2), G={groups}")
-    flat = images(rng, (4, 6))
-    gamma, _ = channel_params(rng, 6)
-    _stat_grads_case(
-        sub, Args(rng.normal(size=(4, 6)), flat, 3, gamma, eps=EPS), "x of shape (4, 6), G=3"
-    )
+    for groups, args in _extreme_gradient_cases(rng):
+        shape = args.args[1].shape
+        _stat_grads_case(sub, args, f"x of shape {shape}, G={groups}")

@@ -560,16 +560,25 @@ def _policy_case(rng, rows, d, offset):
     return x, bf16_values(weight)
 
 
+def _expect_policy(sub, rng, *, offset, in_float32, eps=EPS):
+    """policy_rmsnorm_bf16 on bfloat16 x of shape (32, 64), in one convention and cast order."""
+    x, weight = _policy_case(rng, 32, 64, offset=offset)
+    args = float32_args(x, weight, eps=eps, offset=offset, multiply_in_float32=in_float32)
+    shown_eps = "" if eps == EPS else f"eps={eps:g}, "
+    _expect_bf16(
+        sub,
+        args,
+        f"bfloat16 x (32, 64), {shown_eps}offset={offset}, multiply_in_float32={in_float32}",
+    )
+
+
 @LAB.check(
     "policy_rmsnorm, Llama's convention: gain = weight, cast before the multiply",
     points=1,
     uses=["policy_rmsnorm_bf16"],
 )
 def policy_llama(sub):
-    rng = np.random.default_rng(93)
-    x, weight = _policy_case(rng, 32, 64, offset=False)
-    args = float32_args(x, weight, eps=EPS, offset=False, multiply_in_float32=False)
-    _expect_bf16(sub, args, "bfloat16 x (32, 64), offset=False, multiply_in_float32=False")
+    _expect_policy(sub, np.random.default_rng(93), offset=False, in_float32=False)
 
 
 @LAB.check(
@@ -578,10 +587,7 @@ def policy_llama(sub):
     uses=["policy_rmsnorm_bf16"],
 )
 def policy_gemma(sub):
-    rng = np.random.default_rng(94)
-    x, weight = _policy_case(rng, 32, 64, offset=True)
-    args = float32_args(x, weight, eps=EPS, offset=True, multiply_in_float32=True)
-    _expect_bf16(sub, args, "bfloat16 x (32, 64), offset=True, multiply_in_float32=True")
+    _expect_policy(sub, np.random.default_rng(94), offset=True, in_float32=True)
 
 
 @LAB.check(
@@ -592,10 +598,7 @@ def policy_gemma(sub):
 def policy_mixed(sub):
     rng = np.random.default_rng(95)
     for offset, in_float32 in [(True, False), (False, True)]:
-        x, weight = _policy_case(rng, 32, 64, offset=offset)
-        args = float32_args(x, weight, eps=1e-3, offset=offset, multiply_in_float32=in_float32)
-        what = f"bfloat16 x (32, 64), eps=0.001, offset={offset}, multiply_in_float32={in_float32}"
-        _expect_bf16(sub, args, what)
+        _expect_policy(sub, rng, offset=offset, in_float32=in_float32, eps=1e-3)
 
 
 # ----------------------------------------------------------------------------- placement checks

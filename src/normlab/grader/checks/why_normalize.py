@@ -609,19 +609,24 @@ BACKWARD = Graded(
 )
 
 
+def _expect_backward(sub, seed, index):
+    """Item ``index`` of the gradient norms of 5-layer tanh, ReLU and linear nets, x (6, 8)."""
+    rng = np.random.default_rng(seed)
+    for activation, gain in [("tanh", 1.4), ("relu", 1.2), ("linear", 0.9)]:
+        x = rng.normal(size=(6, 8))
+        weights = random_weights(rng, 5, 8, gain)
+        upstream = rng.normal(size=(6, 8))
+        args = Args(x, weights, upstream, activation)
+        BACKWARD.expect(sub, args, what=f"{activation}, 5 layers", indices=[index])
+
+
 @LAB.check(
     "backward: gradient norms at each layer's input match autograd",
     points=2,
     uses=["mlp_backward_grad_norms"],
 )
 def backward_input_norms(sub):
-    rng = np.random.default_rng(120)
-    for activation, gain in [("tanh", 1.4), ("relu", 1.2), ("linear", 0.9)]:
-        x = rng.normal(size=(6, 8))
-        weights = random_weights(rng, 5, 8, gain)
-        upstream = rng.normal(size=(6, 8))
-        args = Args(x, weights, upstream, activation)
-        BACKWARD.expect(sub, args, what=f"{activation}, 5 layers", indices=[0])
+    _expect_backward(sub, 120, 0)
 
 
 @LAB.check(
@@ -630,13 +635,7 @@ def backward_input_norms(sub):
     uses=["mlp_backward_grad_norms"],
 )
 def backward_weight_norms(sub):
-    rng = np.random.default_rng(121)
-    for activation, gain in [("tanh", 1.4), ("relu", 1.2), ("linear", 0.9)]:
-        x = rng.normal(size=(6, 8))
-        weights = random_weights(rng, 5, 8, gain)
-        upstream = rng.normal(size=(6, 8))
-        args = Args(x, weights, upstream, activation)
-        BACKWARD.expect(sub, args, what=f"{activation}, 5 layers", indices=[1])
+    _expect_backward(sub, 121, 1)
 
 
 @LAB.check(
