@@ -63,6 +63,9 @@ numba.set_num_threads(1)
 HANG_GUARD_S = 900
 
 
+GENEROUS_CALL_S = 120.0
+
+
 def grading_budget(cell_s: float | None = None) -> list[str]:
     """`normlab grade` options for a test whose point is not the submission's time budget.
 
@@ -72,9 +75,11 @@ def grading_budget(cell_s: float | None = None) -> list[str]:
     guard instead, which only a hung grader reaches. ``cell_s``: each notebook cell is still
     stopped after that many wall seconds (a share of the budget, as the grader computes it), for
     a class with a notebook that sleeps forever; a correct cell of a NumPy lab takes
-    milliseconds. A test *of* a time limit sets its own, small one.
+    milliseconds. A test *of* a time limit sets its own, small one. One call of a learner's
+    function gets ``GENEROUS_CALL_S`` wall seconds instead of the default 5: on a loaded machine
+    a call of a few milliseconds once ran out of its 5 s, and a bug's message became a timeout.
     """
-    options = ["--timeout", str(HANG_GUARD_S)]
+    options = ["--timeout", str(HANG_GUARD_S), f"--limit=call_timeout={GENEROUS_CALL_S:g}"]
     if cell_s is not None:
         options.append(f"--limit=cell_timeout_share={cell_s / HANG_GUARD_S:.6g}")
     return options
