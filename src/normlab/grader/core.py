@@ -227,6 +227,9 @@ class Lab:
             (``Limits.call_timeout``) is too short. A Numba kernel compiles on its first call
             with each kind of input (dtype, number of dimensions, memory layout), about 1 s of
             CPU each time, which a busy grading machine stretches past the default.
+        environment: variables the grader sets in the submission's process itself (the
+            notebook is not trusted to): ``"{home}"`` in a value is the process's private
+            working folder. Lab 11 runs Triton's interpreter and keeps its cache there.
     """
 
     stem: str
@@ -235,6 +238,7 @@ class Lab:
     checks: list[Check] = dataclasses.field(default_factory=list)
     torch: bool = False
     call_timeouts: dict[str, float] = dataclasses.field(default_factory=dict)
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def check(self, name: str, points: int, uses: Sequence[str]):
         """Decorator that registers a check function on this lab."""

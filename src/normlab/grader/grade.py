@@ -319,6 +319,7 @@ def run(grading: Grading) -> None:
         grading.reaper,
         torch=lab.torch,
         call_timeouts=lab.call_timeouts,
+        environment=lab.environment,
     ) as submission:
         grading.results = core.run_checks(lab, submission)
         grading.error = attribute(grading, submission)
