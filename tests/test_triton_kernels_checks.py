@@ -18,7 +18,7 @@ pytest.importorskip(
     "triton", reason="lab 11 needs Triton, the optional extra: run `make kernels` to grade it"
 )
 
-from conftest import check_results, solution_namespace  # noqa: E402
+from conftest import solution_namespace  # noqa: E402
 
 from normlab.grader.checks import triton_kernels as lab  # noqa: E402
 
@@ -27,11 +27,14 @@ GRADED = lambda ns: {k: v for k, v in ns.items() if k.startswith(("tri_", "Tri",
 
 
 def results(replace=None, names=None):
-    namespace = solution_namespace(STEM, replace=replace)
-    objects = GRADED(namespace)
-    if names is not None:
-        return [r for r in check_results(STEM, objects) if any(n in r.name for n in names)]
-    return list(check_results(STEM, objects))
+    """The lab's checks (those whose name contains one of ``names``) of the solution, with
+    ``replace=(old, new)`` applied to its source first."""
+    from normlab.grader import core, notebook
+
+    objects = GRADED(solution_namespace(STEM, replace=replace))
+    guarded = core.ForbiddenGuard(notebook.InProcessSubmission(objects, lab.LAB.forbidden), lab.LAB)
+    chosen = [c for c in lab.LAB.checks if names is None or any(n in c.name for n in names)]
+    return [core.run_check(check, guarded) for check in chosen]
 
 
 def failed(res):
