@@ -32,7 +32,7 @@ import numpy as np
 
 from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import choice, expect_value, item_of
+from normlab.grader.probes import Probe, choice, expect_value, item_of
 
 LAB = Lab(
     stem="11_triton_kernels",
@@ -154,13 +154,13 @@ MASK_HINT = (
     "is a power of two wide (`triton.next_power_of_2(N)`); mask every load and store."
 )
 BLOCK_HINT = (
-    "The statistics are those of the first {first} columns of each row alone: the block is "
+    "The statistics are those of the first columns of each row alone: the block is "
     "narrower than the row, so one program sees only part of it. Use a block of "
     "`triton.next_power_of_2(N)` columns, or loop over the row in blocks for both the "
     "statistics and the output."
 )
 DTYPE_HINT = (
-    "The float32 statistics ({what}) are wrong for a bfloat16 x (and right for float32): "
+    "The float32 statistics are wrong for a bfloat16 x (and right for float32): "
     "they were computed in the input's dtype. On a GPU that costs about one bfloat16 spacing; "
     "Triton 3.9's interpreter does not even compute bfloat16 arithmetic right. Convert the loaded row with "
     "`.to(tl.float32)` before the sums, and cast only the stored y back to x's dtype."
@@ -191,18 +191,28 @@ DX_HINT = (
     "normalized row, all in float32."
 )
 
-PROBE_NAMES = (
-    "missing mask",
-    "block smaller than the row",
-    "statistics in the input dtype",
-    "E[x^2] - E[x]^2 shortcut",
-    "eps misplaced",
-    "unbiased variance",
-    "weight or bias missing",
-    "dweight over the wrong axis",
-    "dweight from one block of rows",
-    "dx misses a term",
-)
+
+def _read_from_the_pattern(*args, **kwargs):
+    """These mistakes are recognised from the pattern of an answer's errors (see the module's
+    docstring), never recomputed: a Triton kernel's sums run in an order of its own."""
+    raise ValueError("recognised from the answer's pattern, not recomputed")
+
+
+#: The known mistakes the checks name; each is proven by tests/test_triton_kernels_checks.py
+#: with the bug written as a change of the solution's kernels.
+DIAGNOSES = [
+    Probe("missing mask", MASK_HINT, _read_from_the_pattern),
+    Probe("block smaller than the row", BLOCK_HINT, _read_from_the_pattern),
+    Probe("statistics in the input dtype", DTYPE_HINT, _read_from_the_pattern),
+    Probe("E[x^2] - E[x]^2 shortcut", SHORTCUT_HINT, _read_from_the_pattern),
+    Probe("eps misplaced", EPS_HINT, _read_from_the_pattern),
+    Probe("unbiased variance", UNBIASED_HINT, _read_from_the_pattern),
+    Probe("weight or bias missing", WEIGHT_HINT, _read_from_the_pattern),
+    Probe("dweight over the wrong axis", DW_AXIS_HINT, _read_from_the_pattern),
+    Probe("dweight from one block of rows", DW_PARTIAL_HINT, _read_from_the_pattern),
+    Probe("dx misses a term", DX_HINT, _read_from_the_pattern),
+]
+PROBE_NAMES = tuple(p.name for p in DIAGNOSES)
 
 
 def _close(got, expected, tol) -> np.ndarray:
@@ -225,6 +235,13 @@ def _array(out, index: int, what: str, shape, name: str) -> np.ndarray:
     if got.shape != tuple(shape):
         _fail(what, f"{name} has shape {got.shape}, expected {tuple(shape)}", [])
     return got
+
+
+def _expect_count(out, count: int, what: str):
+    """tri_call returns the function's outputs, the launch count and the dtypes."""
+    if not out.is_tuple or len(out.items) != count + 2:
+        found = len(out.items) - 2 if out.is_tuple and len(out.items) >= 2 else 0
+        raise CheckFailed(f"{what}: expected a tuple of {count} tensors, found {found}")
 
 
 def _launched(out, count: int, what: str):
@@ -287,7 +304,7 @@ def _block_hints(got_rstd, x, eps, kind):
     width = 1
     while width < n:
         if close(got_rstd, 1 / np.sqrt(_spread(x64[:, :width], n, kind) + eps)):
-            return [("block smaller than the row", BLOCK_HINT.format(first=width))]
+            return [("block smaller than the row", BLOCK_HINT)]
         width *= 2
     if width > n and m > 1:  # the last row reads past the tensor: compare the rows before it
         flat = np.concatenate([x64.ravel(), np.zeros(width)])
@@ -340,8 +357,7 @@ def _forward(sub, kind, m, n, dtype, seed, offset=0.0):
         y, mean, rstd = oracle_ln(x, weight, bias, EPS)
         stats = {"mean": (1, mean), "rstd": (2, rstd)}
         count = 3
-    if len(out.items) != count + 2:
-        raise CheckFailed(f"{what}: expected {count} outputs, found {len(out.items) - 2}")
+    _expect_count(out, count, what)
     _launched(out, count, what)
     got_y = _array(out, 0, what, (m, n), "y")
     dtypes = _dtypes(out, count + 1)
@@ -362,7 +378,7 @@ def _forward(sub, kind, m, n, dtype, seed, offset=0.0):
         if stat == "rstd":
             hints += _block_hints(got, x, EPS, kind) + _norm_hints(got, x, EPS, kind)
         if dtype == "bfloat16" and not hints:
-            hints.append(("statistics in the input dtype", DTYPE_HINT.format(what=stat)))
+            hints.append(("statistics in the input dtype", DTYPE_HINT))
         if kind == "ln" and stat == "rstd" and offset:
             centred = np.abs(x.astype(np.float64).mean(-1)) < 10
             if centred.any() and _close(got[centred], right[centred], F32_TOL).all():
@@ -423,8 +439,7 @@ def ln_forward_offset(sub):
         AsTorch(bias),
         EPS,
     )
-    if len(out.items) != 5:
-        raise CheckFailed(f"{what}: expected 3 outputs, found {len(out.items) - 2}")
+    _expect_count(out, 3, what)
     _launched(out, 3, what)
     y, mean, rstd = oracle_ln(x, weight, bias, EPS)
     got_rstd = _array(out, 2, what, (6,), "rstd")
@@ -480,8 +495,7 @@ def _backward(sub, kind, m, n, dtype, seed):
         expected = oracle_ln_grads(dy, x, weight, bias, EPS)
         names = ("dx", "dweight", "dbias")
     count = len(names)
-    if len(out.items) != count + 2:
-        raise CheckFailed(f"{what}: expected {count} outputs, found {len(out.items) - 2}")
+    _expect_count(out, count, what)
     _launched(out, count, what)
     dtypes = _dtypes(out, count + 1)
     if dtypes and dtypes[0] != f"torch.{dtype}":
@@ -497,8 +511,9 @@ def _backward(sub, kind, m, n, dtype, seed):
             hints = []
             if label != "dx" and got is not None and got.shape == (m,):
                 hints = [("dweight over the wrong axis", DW_AXIS_HINT)]
-            shown = "not a tensor" if got is None else f"shape {got.shape}"
-            _fail(what, f"{label} has {shown}, expected {shape}", hints)
+            if got is None:
+                raise CheckFailed(f"{what}: {label} should be a tensor; found {item.kind}")
+            _fail(what, f"{label} has shape {got.shape}, expected {shape}", hints)
         tol = dx_tol if label == "dx" else GRAD_TOL
         hints = []
         if label == "dx":
@@ -581,8 +596,7 @@ def _autograd(sub, kind):
         grads = oracle_ln_grads(dy, x, weight, bias, EPS)
         labels = ("y", "dx", "dweight", "dbias")
     count = len(labels)
-    if len(out.items) != count + 2:
-        raise CheckFailed(f"{what}: expected {count} outputs, found {len(out.items) - 2}")
+    _expect_count(out, count, what)
     _launched(out, count, what)
     for i, (label, right) in enumerate(zip(labels, (y, *grads), strict=True)):
         item = item_of(out, i, what)
