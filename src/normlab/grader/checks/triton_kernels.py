@@ -42,6 +42,7 @@ LAB = Lab(
     # The interpreter runs each program instance in NumPy, and the first launch of each kernel
     # traces it: a few CPU seconds on a busy machine.
     call_timeouts={"tri_call": 60.0},
+    extra=("triton", "make kernels"),
     # The child runs the kernels under Triton's interpreter whatever the notebook says, and
     # Triton's cache and home are in the submission's own folder (counted against its limits).
     environment={
