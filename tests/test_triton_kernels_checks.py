@@ -136,15 +136,15 @@ BUGS = {
     ),
     "dweight over the wrong axis": (
         "dweight = torch.empty(N, dtype=torch.float32, device=x.device)\n"
-        "    _sum_rows_kernel[(triton.cdiv(N, 64),)](partial, dweight, G, N, BLOCK_N=64)",
+        "    _sum_rows_kernel[(triton.cdiv(N, REDUCE_BLOCK),)](partial, dweight, G, N, BLOCK_N=REDUCE_BLOCK)",
         "dweight = torch.empty(N, dtype=torch.float32, device=x.device)\n"
-        "    _sum_rows_kernel[(triton.cdiv(N, 64),)](partial, dweight, G, N, BLOCK_N=64)\n"
+        "    _sum_rows_kernel[(triton.cdiv(N, REDUCE_BLOCK),)](partial, dweight, G, N, BLOCK_N=REDUCE_BLOCK)\n"
         "    dweight = (dy.float() * x.float() * rstd[:, None]).sum(1)",
         "RMSNorm backward kernels: dx",
     ),
     "dweight from one block of rows": (
-        "_sum_rows_kernel[(triton.cdiv(N, 64),)](partial, dweight, G, N, BLOCK_N=64)",
-        "_sum_rows_kernel[(triton.cdiv(N, 64),)](partial, dweight, 1, N, BLOCK_N=64)",
+        "_sum_rows_kernel[(triton.cdiv(N, REDUCE_BLOCK),)](partial, dweight, G, N, BLOCK_N=REDUCE_BLOCK)",
+        "_sum_rows_kernel[(triton.cdiv(N, REDUCE_BLOCK),)](partial, dweight, 1, N, BLOCK_N=REDUCE_BLOCK)",
         "RMSNorm backward kernels: dx",
     ),
     "dx misses a term": (
