@@ -20,12 +20,13 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help lab test test-fast bench labs grade lint format clean-venv site
+.PHONY: help kernels lab test test-fast bench labs grade lint format clean-venv site
 
 help:
 	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.md"
 	@echo "make test   - set up .venv (first time) and run the whole suite"
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
+	@echo "make kernels - install Triton (optional, about 1 GB, Linux x86-64) for lab 11's GPU kernels"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
 	@echo "make grade  - your progress: a line per lab you started in $(WORK)/, graded"
 	@echo "make labs   - regenerate labs/ and es/labs/ from solutions/ and es/catalog/ (authors; never touches $(WORK)/)"
@@ -40,6 +41,12 @@ $(VENV)/.installed: pyproject.toml
 	  { echo "CPU index unreachable; installing torch from the default index"; $(PY) -m pip install '$(TORCH_REQUIREMENT)'; }
 	$(PY) -m pip install -e .
 	@touch $@
+
+# Lab 11's kernels: the optional extra (Triton, about 1 GB, Linux x86-64 only). Without it the
+# Triton lab and its tests say so and skip; everything else runs.
+kernels: $(VENV)/.installed
+	$(PY) -m pip install -e '.[kernels]'
+	@$(PY) -c 'import triton; print("triton", triton.__version__, "installed: lab 11 can run")'
 
 # JupyterLab serves on PORT or not at all (port_retries=0): left to itself it moves to the next
 # free port, and the address printed above it (the Spanish start page) would be wrong.

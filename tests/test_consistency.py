@@ -110,6 +110,13 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     assert conda_side == pip_side
 
 
+def test_environment_yml_names_the_kernels_extra_as_pyproject_does():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (kernels,) = project["optional-dependencies"]["kernels"]
+    assert kernels.startswith("triton>=")
+    assert kernels in (ROOT / "environment.yml").read_text()
+
+
 def test_torch_is_a_range_and_conda_gets_the_cpu_build():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     torch = next(r for r in project["dependencies"] if r.startswith("torch"))
@@ -125,7 +132,7 @@ def test_ci_runs_the_readme_test_command_and_nothing_else():
     ]
     assert commands[-1] == "make test"
     # Besides `make test`, CI may only install system packages that tests need (each optional).
-    installs = ("if ", "fi", "{ apt-get ")
+    installs = ("if ", "fi", "{ apt-get ", "make kernels")
     assert all(c.startswith(("set ", "cd ", "make test", *installs)) for c in commands)
 
 

@@ -44,6 +44,11 @@ MODULES = check_modules()
 # block and stack probes compute with the oracle's blocks, whose norms are the library's: handed
 # to the lab as the learner's function, they would be refused as library code.
 PROVEN_ELSEWHERE = {
+    # recognised from the pattern of a Triton kernel's errors: each bug is written as a kernel
+    ("11_triton_kernels", "DIAGNOSES"): (
+        "test_triton_kernels_checks",
+        "test_bug_is_caught_with_its_hint",
+    ),
     ("06_pre_post_ln", "POST_BLOCK_PROBES"): (
         "test_pre_post_ln_checks",
         "test_block_bug_is_caught_with_its_hint",

@@ -492,7 +492,20 @@ def test_a_student_uses_the_edition_and_an_instructor_builds_its_site(tmp_path, 
         make(course, "site")
         assert (course / "_site" / "index.html").is_file()
 
-    runs = {"lab": lab, "grade": grade, "test": test, "site": site}
+    def kernels():
+        # Triton is about 1 GB: the edition's recipe is read (make -n), not run; CI installs
+        # the extra for real (.ci/run), and pyproject.toml of the edition declares it.
+        shown = subprocess.run(
+            ["make", "-n", "kernels"],
+            cwd=course,
+            capture_output=True,
+            text=True,
+            env=conftest.MAKE_ENV,
+        ).stdout
+        assert "pip install -e '.[kernels]'" in shown, shown
+        assert "kernels = [" in (course / "pyproject.toml").read_text()
+
+    runs = {"lab": lab, "grade": grade, "test": test, "site": site, "kernels": kernels}
     listed = re.findall(r"^make ([\w-]+)", make(course, "help"), re.M)
     assert sorted(listed) == sorted(runs)  # a target it lists and this test does not run fails
     for target in listed:

@@ -227,6 +227,11 @@ class Lab:
             (``Limits.call_timeout``) is too short. A Numba kernel compiles on its first call
             with each kind of input (dtype, number of dimensions, memory layout), about 1 s of
             CPU each time, which a busy grading machine stretches past the default.
+        environment: variables the grader sets in the submission's process itself (the
+            notebook is not trusted to): ``"{home}"`` in a value is the process's private
+            working folder. Lab 11 runs Triton's interpreter and keeps its cache there.
+        extra: the module of an optional extra the lab needs and the make target that
+            installs it; without it ``normlab grade`` says so instead of grading.
     """
 
     stem: str
@@ -235,6 +240,23 @@ class Lab:
     checks: list[Check] = dataclasses.field(default_factory=list)
     torch: bool = False
     call_timeouts: dict[str, float] = dataclasses.field(default_factory=dict)
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: (module, make target): an optional extra the lab's code needs (lab 11: Triton)
+    extra: tuple[str, str] | None = None
+
+    def missing_extra(self) -> str:
+        """Why this lab cannot be graded here ("" when it can): its optional extra is absent."""
+        if self.extra is None:
+            return ""
+        import importlib.util
+
+        module, target = self.extra
+        if importlib.util.find_spec(module) is not None:
+            return ""
+        return (
+            f"this lab needs {module}, an optional extra that is not installed here: run "
+            f"`{target}` (Linux x86-64) and grade again"
+        )
 
     def check(self, name: str, points: int, uses: Sequence[str]):
         """Decorator that registers a check function on this lab."""

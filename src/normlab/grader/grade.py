@@ -263,9 +263,10 @@ class Grading:
 
     def result(self) -> SubmissionResult:
         if self.stopped:
-            return _failed(
+            failed = _failed(
                 str(self.path), self.who, self.meant_for, self.error, self.isolation.description
             )
+            return dataclasses.replace(failed, cacheable=self.cacheable)
         result = SubmissionResult(
             str(self.path),
             self.lab.stem,
@@ -299,6 +300,10 @@ def choose_lab(grading: Grading) -> None:
         grading.stop(wrong, stem)
     else:
         grading.lab = all_labs()[stem]
+        missing = grading.lab.missing_extra()
+        if missing:
+            grading.stop(missing, stem)
+            grading.cacheable = False  # graded for real once the extra is installed
 
 
 def scan(grading: Grading) -> None:
@@ -319,6 +324,7 @@ def run(grading: Grading) -> None:
         grading.reaper,
         torch=lab.torch,
         call_timeouts=lab.call_timeouts,
+        environment=lab.environment,
     ) as submission:
         grading.results = core.run_checks(lab, submission)
         grading.error = attribute(grading, submission)

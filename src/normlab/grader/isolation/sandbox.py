@@ -431,8 +431,10 @@ class ChildSubmission(core.Submission):
         reaper: processes.Reaper | None = None,
         torch: bool = core.Lab.torch,
         call_timeouts: dict[str, float] | None = None,
+        environment: dict[str, str] | None = None,
     ):
         self.cells = cells
+        self.lab_environment = dict(environment or {})
         self.call_timeouts = dict(call_timeouts or {})
         # A NumPy lab's graded code meets stand-ins for PyTorch (``hidden``) in both modes, so
         # that an honest notebook gets one grade whatever the mode; only the sandbox's empty
@@ -513,6 +515,8 @@ class ChildSubmission(core.Submission):
         limits = self._limits_for_child()
         home = SANDBOX_HOME if self.isolation.sandbox else self.workdir
         environment = child_environment(home)
+        # the lab's own variables (Triton's interpreter and cache), set here for the child
+        environment.update({k: v.format(home=home) for k, v in self.lab_environment.items()})
         if self.isolation.run_as:
             environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.isolation.run_as)
         if fork and self.fork_server is not None:
