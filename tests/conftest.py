@@ -91,6 +91,11 @@ LONGEST_FIRST = (
 )
 
 
+# Notebooks that run Triton kernels: without the `kernels` extra they are skipped, saying why.
+NEEDS_TRITON = ("notebooks/11_triton_kernels.ipynb",)
+TRITON_MISSING = importlib.util.find_spec("triton") is None
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
@@ -98,6 +103,9 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.path))
         if path.suffix == ".ipynb":  # collected by nbval
             item.add_marker("notebooks")
+            if TRITON_MISSING and item.nodeid.split("::")[0] in NEEDS_TRITON:
+                reason = "Triton is not installed: make kernels (pip install -e '.[kernels]')"
+                item.add_marker(pytest.mark.skip(reason=reason))
         elif path.name in TIERS and not any(
             item.get_closest_marker(m) for m in ("notebooks", "isolation", "slow")
         ):
