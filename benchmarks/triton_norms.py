@@ -134,7 +134,8 @@ def shape_rows(kernels: dict, m: int, n: int, dtype_name: str, device: str, comp
         ),
     }
     # the backward kernels against autograd's, in float32
-    x32 = x.float().requires_grad_()
+    x32 = x.detach().float().clone().requires_grad_()
+    # (a copy: x.float() of a float32 x is x itself, which the timed rows use without autograd)
     w32 = weight.clone().requires_grad_()
     F.rms_norm(x32, (n,), w32, EPS).backward(dy.float())
     rms_dx, rms_dw = kernels["tri_rmsnorm_backward"](dy, x, weight, rms_rstd)
