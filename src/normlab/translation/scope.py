@@ -19,6 +19,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "08_training",
     "09_modern_norms",
     "10_low_precision",
+    "11_triton_kernels",
 )
 
 # The course's start page (Markdown, opened rendered); the Spanish one is es/START_HERE.md.
