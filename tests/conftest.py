@@ -118,6 +118,18 @@ LONGEST_FIRST = (
 )
 
 
+# Triton decides when a kernel is defined whether it is interpreted; a lab's first cell sets
+# TRITON_INTERPRET before it imports triton, but in a test process something else may import
+# triton first (torch.optim does, through torch._dynamo: lab 08's checks), and lab 11's kernels,
+# defined later in the same process, then could not run on a CPU. Set once, for the whole run
+# (the kernels nbval starts inherit it).
+if importlib.util.find_spec("triton") is not None:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 # Labs whose kernels need an optional extra: without it, only their tests and notebooks skip.
 OPTIONAL_EXTRAS = {"11_triton_kernels": ("triton", "make kernels")}
 

@@ -95,13 +95,28 @@ def run_forked(*args) -> bool | None:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+# Labs whose every mutant costs a run of Triton's interpreter in a child of its own (about
+# 0.28 CPU s each, 450 mutants): their figure is measured on every SAMPLE_EVERY-th mutant of
+# each answer unit, in the order mutants() yields them, so each unit and each kind of change
+# is still sampled and the sample is the same on every run. The full set, measured once:
+# 408/450 killed (90.7%), most survivors equivalent (an `other=` value on a load whose masked
+# lanes reach only masked stores).
+SAMPLE_EVERY = {"11_triton_kernels": 3}
+
+
 @pytest.mark.parametrize("stem", sorted(all_labs()))
 def test_single_point_bugs_lose_points(stem):
     lab = all_labs()[stem]
     total, survivors = 0, []
-    for _, name, source, region in answer_units(stem):
-        assert run_mutant(stem, lab, name, source, source), f"the unmutated {name} must pass"
-        for described, mutated in mutants(source, region):
+    every = SAMPLE_EVERY.get(stem, 1)
+    units = list(answer_units(stem))
+    # the unmutated solution is the same whichever unit is named: it must pass, checked once
+    _, name, source, _ = units[0]
+    assert run_mutant(stem, lab, name, source, source), "the unmutated solution must pass"
+    for _, name, source, region in units:
+        for index, (described, mutated) in enumerate(mutants(source, region)):
+            if index % every:
+                continue
             total += 1
             run = run_forked if stem in FORKED else run_mutant
             if run(stem, lab, name, source, mutated):
