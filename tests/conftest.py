@@ -118,6 +118,31 @@ LONGEST_FIRST = (
 )
 
 
+# Files whose sandbox-mode tests (a test id starting "[sandbox]" or "[sandbox-") form a work unit
+# of their own under `make test`'s --dist loadfile: test_adversarial.py grades its corpus once per
+# mode (a module fixture per mode), and both modes in one worker made that one file the whole
+# run's critical path. Each mode's unit still builds its own fixtures once.
+SPLIT_BY_MODE = ("tests/test_adversarial.py",)
+SANDBOX_ID = re.compile(r"\[sandbox[\]-]")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadfile, except that SPLIT_BY_MODE's files are two units, one per mode."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileAndModeScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            if scope in SPLIT_BY_MODE and SANDBOX_ID.search(nodeid):
+                return scope + "[sandbox]"
+            return scope
+
+    return LoadFileAndModeScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
