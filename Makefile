@@ -59,7 +59,9 @@ lab: $(VENV)/.installed
 
 # One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
 # in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share
-# one kernel and a test file's fixtures are built once. Files are handed out longest first
+# one kernel and a test file's fixtures are built once (test_adversarial.py goes as two units: its
+# processes-mode tests, and the rest; each builds its own mode's fixtures: tests/conftest.py,
+# SPLIT_BY_MODE). Files are handed out longest first
 # (tests/conftest.py, LONGEST_FIRST), so that the run does not end on one long file alone.
 # One worker more than the machine has cores (at most 8): many tests wait on a process they
 # started (a grader, a browser, a server), and the extra worker computes meanwhile; a second

@@ -142,6 +142,34 @@ def missing_extra(stem: str) -> str:
     return f"lab {stem[:2]} needs {module.capitalize()}, an optional extra: run `{target}`"
 
 
+# Files whose processes-mode tests (a test id starting "[processes]" or "[processes-") form a work
+# unit of their own under `make test`'s --dist loadfile, the rest of the file (sandbox mode and
+# the tests without a mode) another: test_adversarial.py grades its corpus once per mode (a module
+# fixture per mode), and both modes in one worker made that one file the whole run's critical
+# path (about 290 s of wall alone). Each unit still builds its own mode's fixtures once; the two
+# came out about even (the corpus grading is the longer in the processes mode, which also has the
+# spinners, and the tests without a mode take about 20 s).
+SPLIT_BY_MODE = ("tests/test_adversarial.py",)
+PROCESSES_ID = re.compile(r"\[processes[\]-]")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadfile, except that SPLIT_BY_MODE's files are two units (see above)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileAndModeScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            if scope in SPLIT_BY_MODE and PROCESSES_ID.search(nodeid):
+                return scope + "[processes]"
+            return scope
+
+    return LoadFileAndModeScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     for stem in OPTIONAL_EXTRAS:
         reason = missing_extra(stem)
