@@ -172,7 +172,8 @@ def test_the_grader_needs_only_the_bundles_requirements():
     names = ["torch", *gradescope.DISTRIBUTIONS]
     names += [name for names in gradescope.LAB_DISTRIBUTIONS.values() for name in names]
     for name in names:
-        assert f'"{gradescope.pinned(name)}"' in pyproject
+        # the requirement as pyproject states it, ended by its quote or by a marker
+        assert re.search(rf'"{re.escape(gradescope.pinned(name))}[";]', pyproject), name
     for notebook in chapter_files(ROOT / "solutions", ".ipynb"):
         cells = nbformat.read(notebook, as_version=4).cells
         source = "\n".join(c.source for c in cells if c.cell_type == "code")

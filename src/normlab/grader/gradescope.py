@@ -56,8 +56,12 @@ def pinned(name: str) -> str:
 #: is not needed to grade. Each is installed as pyproject.toml requires it (``pinned``).
 DISTRIBUTIONS = ("numpy",)
 #: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba; lab 08
-#: trains on scikit-learn's bundled digits)
-LAB_DISTRIBUTIONS = {"07_cost": ("numba",), "08_training": ("scikit-learn",)}
+#: trains on scikit-learn's bundled digits; lab 11 runs Triton kernels under its interpreter)
+LAB_DISTRIBUTIONS = {
+    "07_cost": ("numba",),
+    "08_training": ("scikit-learn",),
+    "11_triton_kernels": ("triton",),
+}
 
 
 #: the course package the bundle copies (``src/normlab``): this file is its ``grader/gradescope.py``
