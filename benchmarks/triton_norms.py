@@ -158,12 +158,19 @@ def shape_rows(kernels: dict, m: int, n: int, dtype_name: str, device: str, comp
     )
 
     rows = {"copy": (2, lambda: out.copy_(x))}
-    for name in ("tri_rmsnorm_forward", "tri_layernorm_forward"):
-        passes, function, right = learner[name]
-        if right:
-            rows[name] = (passes, function)
-        else:
-            notes.append(f"{name} at ({m}, {n}) {dtype_name}: differs from PyTorch, not timed")
+
+    def time_if_right(names, reference):
+        """The learner's kernels among the rows, each only where it agreed with ``reference``."""
+        for name in names:
+            passes, function, right = learner[name]
+            if right:
+                rows[name] = (passes, function)
+            else:
+                notes.append(
+                    f"{name} at ({m}, {n}) {dtype_name}: differs from {reference}, not timed"
+                )
+
+    time_if_right(("tri_rmsnorm_forward", "tri_layernorm_forward"), "PyTorch")
     rows["F.rms_norm"] = (2, lambda: F.rms_norm(x, (n,), weight_x, EPS))
     rows["F.layer_norm"] = (2, lambda: F.layer_norm(x, (n,), weight_x, bias_x, EPS))
     if compile_:
@@ -178,12 +185,7 @@ def shape_rows(kernels: dict, m: int, n: int, dtype_name: str, device: str, comp
                 notes.append(f"skipped {name}: {type(error).__name__}")
                 continue
             rows[name] = (2, lambda c=compiled, a=arguments: c(*a))
-    for name in ("tri_rmsnorm_backward", "tri_layernorm_backward"):
-        passes, function, right = learner[name]
-        if right:
-            rows[name] = (passes, function)
-        else:
-            notes.append(f"{name} at ({m}, {n}) {dtype_name}: differs from autograd, not timed")
+    time_if_right(("tri_rmsnorm_backward", "tri_layernorm_backward"), "autograd")
     for name, norm in (
         ("autograd backward of F.rms_norm", lambda v: F.rms_norm(v, (n,), weight_x, EPS)),
         (
