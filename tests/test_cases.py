@@ -307,3 +307,51 @@ def test_a_label_names_the_function_in_messages():
     pairs = Graded("pair", oracle=pair, items=("prod", "total"), label="pair('pre')")
     message = failure(pairs, lambda x, factor: (x, x + factor), Args(X, 2.0))
     assert message.startswith("pair('pre') prod, a case:")
+
+
+# ----------------------------------------------------------------------------- declarations
+
+
+def test_a_check_is_named_by_its_docstring_and_given_its_seeds_generator():
+    from normlab.grader.core import Lab, run_check
+
+    lab = Lab(stem="99_demo", title="Demo")
+    drawn = []
+
+    @lab.check(points=2, uses=["scale"], seed=7)
+    def draws(sub, rng):
+        """scale matches: a row of
+        draws from the seed"""
+        drawn.append(rng.normal(size=3))
+
+    @lab.check("named here", points=1, uses=["scale"])
+    def plain(sub):
+        """not the name"""
+
+    assert [(c.name, c.points, c.uses, c.seed) for c in lab.checks] == [
+        ("scale matches: a row of draws from the seed", 2, ("scale",), 7),
+        ("named here", 1, ("scale",), None),
+    ]
+    for _ in range(2):  # a fresh generator on every run: the same draws twice
+        assert run_check(lab.checks[0], submission(scale=scale)).passed
+    np.testing.assert_array_equal(drawn[0], np.random.default_rng(7).normal(size=3))
+    np.testing.assert_array_equal(drawn[0], drawn[1])
+    assert lab.checks[0].function.__module__ == __name__  # the class report finds its module
+    with pytest.raises(ValueError, match="has no title"):
+        lab.check(points=1, uses=["scale"])(lambda sub: None)
+
+
+def test_probe_table_keys_each_graded_by_its_own_name():
+    from normlab.grader.cases import probe_table
+
+    other = [SLIP]
+    table = probe_table(SCALE, scale_grads=other)
+    assert list(table) == ["scale", "scale_grads"]
+    assert table["scale"] is SCALE.probes and table["scale_grads"] is other
+
+
+def test_from_scratch_adds_a_keywords_list_to_the_library_norms():
+    from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS, from_scratch
+
+    table = from_scratch("f", g=AUTOGRAD)
+    assert table == {"f": LIBRARY_NORMS, "g": LIBRARY_NORMS + AUTOGRAD}

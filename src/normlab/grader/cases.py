@@ -213,6 +213,13 @@ class Graded:
         return out
 
 
+def probe_table(*graded: Graded, **more: Sequence[Probe]) -> dict[str, Sequence[Probe]]:
+    """A check module's ``PROBES``, every probe of the lab by the learner's function whose
+    arguments its compute takes: each ``Graded``'s probes under its own name, then ``more``
+    (the probes of a function that a ``Graded`` does not grade) under theirs."""
+    return {g.name: g.probes for g in graded} | more
+
+
 # ----------------------------------------------------------------------------- inputs
 
 

@@ -12,6 +12,7 @@ empty there: what the child says about itself decides nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -185,6 +186,18 @@ class Check:
     points: int
     function: Callable[[Submission], None]
     uses: tuple[str, ...]
+    #: the seed of the generator the function is given, when it is declared with one
+    seed: int | None = None
+
+
+def _seeded(function, seed: int) -> Callable[[Submission], None]:
+    """``function(sub, rng)`` as a check of one argument, with a fresh generator each call."""
+
+    @functools.wraps(function)
+    def check(sub) -> None:
+        function(sub, np.random.default_rng(seed))
+
+    return check
 
 
 @dataclasses.dataclass
@@ -258,11 +271,25 @@ class Lab:
             f"`{target}` (Linux x86-64) and grade again"
         )
 
-    def check(self, name: str, points: int, uses: Sequence[str]):
-        """Decorator that registers a check function on this lab."""
+    def check(self, name: str | None = None, points: int = 1, uses: Sequence[str] = (), seed=None):
+        """Decorator that registers a check function on this lab.
+
+        ``name`` is the title a learner reads in the report; left out, it is the function's
+        docstring (white space folded to single spaces), as a Gradescope Python autograder
+        names a test. ``uses`` are the learner's names the check calls. ``seed``: the function
+        is called as ``function(sub, rng)`` with a new ``np.random.default_rng(seed)`` each
+        time, so that a check's inputs are declared in its header and every run draws the same.
+        """
 
         def register(function):
-            self.checks.append(Check(name, points, function, tuple(uses)))
+            title = name if name is not None else " ".join((function.__doc__ or "").split())
+            if not title:
+                raise ValueError(
+                    f"check {function.__qualname__} of {self.stem} has no title: pass name= or "
+                    "give it a docstring (docstrings are gone under python -OO: run without it)"
+                )
+            called = function if seed is None else _seeded(function, seed)
+            self.checks.append(Check(title, points, called, tuple(uses), seed))
             return function
 
         return register

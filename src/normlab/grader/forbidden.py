@@ -54,3 +54,14 @@ AUTOGRAD = [
     "torch.autograd.forward_ad.make_dual",
     "torch.autograd.forward_ad.unpack_dual",
 ]
+
+
+def from_scratch(*names: str, **more: list[str]) -> dict[str, list[str]]:
+    """A lab's ``forbidden`` table: each learner name may not call a library norm; a name
+    given as a keyword may not call what it names either (``AUTOGRAD`` for a backward pass
+    written by hand, lab 06's ``LIBRARY_BLOCKS`` for a Transformer block built from parts)::
+
+        from_scratch("layernorm_forward", layernorm_backward=AUTOGRAD)
+    """
+    table = {name: LIBRARY_NORMS for name in names}
+    return table | {name: LIBRARY_NORMS + extra for name, extra in more.items()}

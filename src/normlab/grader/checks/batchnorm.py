@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import F64, Args, Graded, tensor64
+from normlab.grader.cases import F64, Args, Graded, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Item, Lab, Output
-from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, both, choice, eps_ignored, evaluate, expect_array
 
 LAB = Lab(
     stem="02_batchnorm",
     title="BatchNorm",
-    forbidden={
-        "batchnorm_forward": LIBRARY_NORMS,
-        "batchnorm_backward": LIBRARY_NORMS + AUTOGRAD,
-        "eval_affine": LIBRARY_NORMS,
-        "running_var_after_one_step": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "batchnorm_forward",
+        "eval_affine",
+        "running_var_after_one_step",
+        batchnorm_backward=AUTOGRAD,
+    ),
 )
 
 EPS = 1e-5
@@ -473,11 +473,9 @@ def train_step(x, state, momentum=0.1, eps=EPS):
 # ----------------------------------------------------------------------------- forward checks
 
 
-@LAB.check(
-    "train mode: output matches nn.BatchNorm1d on (B, d)", points=2, uses=["batchnorm_forward"]
-)
-def forward_train_2d(sub):
-    rng = np.random.default_rng(20)
+@LAB.check(points=2, uses=["batchnorm_forward"], seed=20)
+def forward_train_2d(sub, rng):
+    """train mode: output matches nn.BatchNorm1d on (B, d)"""
     for shape in [(8, 8), (16, 5), (3, 4)]:  # square first: an axis mix-up cannot hide
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
@@ -490,13 +488,9 @@ def forward_train_2d(sub):
     FORWARD.expect(sub, train_step(x, params(rng, 4), eps=1e-3), what=what, indices=[0])
 
 
-@LAB.check(
-    "train mode: running statistics updated like PyTorch (momentum, unbiased variance)",
-    points=2,
-    uses=["batchnorm_forward"],
-)
-def forward_running_stats(sub):
-    rng = np.random.default_rng(21)
+@LAB.check(points=2, uses=["batchnorm_forward"], seed=21)
+def forward_running_stats(sub, rng):
+    """train mode: running statistics updated like PyTorch (momentum, unbiased variance)"""
     for shape, momentum in [((6, 4), 0.1), ((5, 3), 0.25)]:
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
@@ -508,27 +502,18 @@ def forward_running_stats(sub):
     FORWARD.expect(sub, train_step(x, params(rng, 3)), what=what, indices=[1, 2])
 
 
-@LAB.check(
-    "eval mode: normalizes with the running statistics and leaves them unchanged",
-    points=2,
-    uses=["batchnorm_forward"],
-)
-def forward_eval(sub):
-    rng = np.random.default_rng(22)
+@LAB.check(points=2, uses=["batchnorm_forward"], seed=22)
+def forward_eval(sub, rng):
+    """eval mode: normalizes with the running statistics and leaves them unchanged"""
     for shape in [(6, 4), (2, 3, 4, 3)]:
         x = channels_with_varied_scale(rng, shape)
         args = Args(x, *params(rng, shape[1]), False, momentum=0.1, eps=EPS)
         FORWARD.expect(sub, args, what=f"training=False, x of shape {shape}")
 
 
-@LAB.check(
-    "(B, C, H, W): y normalized with one mean and variance per channel over batch and space",
-    points=2,
-    uses=["batchnorm_forward"],
-)
-def forward_4d(sub):
-    # y only: the running statistics of images are the running-statistics check's
-    rng = np.random.default_rng(23)
+@LAB.check(points=2, uses=["batchnorm_forward"], seed=23)
+def forward_4d(sub, rng):
+    """(B, C, H, W): y normalized with one mean and variance per channel over batch and space"""
     for shape in [(2, 3, 4, 3), (3, 2, 2, 5)]:  # W == C first: gamma on the wrong axis cannot hide
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])
@@ -536,13 +521,9 @@ def forward_4d(sub):
         FORWARD.expect(sub, train_step(x, state), what=what, indices=[0])
 
 
-@LAB.check(
-    "k training steps, then eval: running statistics carried over and used in eval",
-    points=2,
-    uses=["batchnorm_forward"],
-)
-def forward_k_steps(sub):
-    rng = np.random.default_rng(24)
+@LAB.check(points=2, uses=["batchnorm_forward"], seed=24)
+def forward_k_steps(sub, rng):
+    """k training steps, then eval: running statistics carried over and used in eval"""
     for shape, momentum, k in [((8, 3), 0.1, 5), ((2, 2, 3, 3), 0.3, 4)]:
         channels = shape[1]
         gamma, beta = params(rng, channels)[:2]
@@ -637,13 +618,9 @@ def _as_output(array):
     return Output([Item("ndarray", np.asarray(array))], is_tuple=False)
 
 
-@LAB.check(
-    "train mode stays finite when a channel's variance goes to 0",
-    points=1,
-    uses=["batchnorm_forward"],
-)
-def forward_small_variance(sub):
-    rng = np.random.default_rng(25)
+@LAB.check(points=1, uses=["batchnorm_forward"], seed=25)
+def forward_small_variance(sub, rng):
+    """train mode stays finite when a channel's variance goes to 0"""
     x = rng.normal(size=(8, 4))
     x[:, 0] = 3.0  # a constant channel: variance exactly 0
     x[:, 1] = -2.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
@@ -652,13 +629,9 @@ def forward_small_variance(sub):
     FORWARD.expect(sub, train_step(x, state), what=what, indices=[0])
 
 
-@LAB.check(
-    "float32 input with a large offset (x + 1e3): accurate, stays float32",
-    points=1,
-    uses=["batchnorm_forward"],
-)
-def forward_float32(sub):
-    rng = np.random.default_rng(26)
+@LAB.check(points=1, uses=["batchnorm_forward"], seed=26)
+def forward_float32(sub, rng):
+    """float32 input with a large offset (x + 1e3): accurate, stays float32"""
     x = (rng.normal(size=(64, 6)) + 1e3).astype(np.float32)
     state = params(rng, 6, np.float32)
     state = state[:2] + (state[2] + np.float32(1e3), state[3])
@@ -685,9 +658,9 @@ def forward_float32(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-@LAB.check("backward: dx matches autograd on (B, d)", points=2, uses=["batchnorm_backward"])
-def backward_dx(sub):
-    rng = np.random.default_rng(40)
+@LAB.check(points=2, uses=["batchnorm_backward"], seed=40)
+def backward_dx(sub, rng):
+    """backward: dx matches autograd on (B, d)"""
     # first a constant column (variance 0): a missing eps gives NaN or inf there, and the
     # message then says where
     x = channels_with_varied_scale(rng, (6, 4))
@@ -708,24 +681,18 @@ def backward_dx(sub):
     BACKWARD.expect(sub, Args(dy, x, gamma, eps=1e-3), what=what, indices=[0], x=x)
 
 
-@LAB.check(
-    "backward: dgamma and dbeta of shape (d,) match autograd", points=1, uses=["batchnorm_backward"]
-)
-def backward_params(sub):
-    rng = np.random.default_rng(41)
+@LAB.check(points=1, uses=["batchnorm_backward"], seed=41)
+def backward_params(sub, rng):
+    """backward: dgamma and dbeta of shape (d,) match autograd"""
     x = channels_with_varied_scale(rng, (5, 4))
     gamma = params(rng, 4)[0]
     args = Args(rng.normal(size=(5, 4)), x, gamma, eps=EPS)
     BACKWARD.expect(sub, args, what="x of shape (5, 4)", indices=[1, 2], x=x)
 
 
-@LAB.check(
-    "backward on (B, C, H, W): all gradients right, dgamma/dbeta of shape (C,)",
-    points=2,
-    uses=["batchnorm_backward"],
-)
-def backward_4d(sub):
-    rng = np.random.default_rng(42)
+@LAB.check(points=2, uses=["batchnorm_backward"], seed=42)
+def backward_4d(sub, rng):
+    """backward on (B, C, H, W): all gradients right, dgamma/dbeta of shape (C,)"""
     for shape in [(2, 3, 2, 3), (3, 2, 3, 4)]:
         x = channels_with_varied_scale(rng, shape)
         gamma = params(rng, shape[1])[0]
@@ -799,13 +766,9 @@ EVAL_AFFINE = Graded(
 )
 
 
-@LAB.check(
-    "problem 1: eval_affine gives eval-mode BatchNorm as y = scale * x + shift",
-    points=1,
-    uses=["eval_affine"],
-)
-def problem_eval_affine(sub):
-    rng = np.random.default_rng(50)
+@LAB.check(points=1, uses=["eval_affine"], seed=50)
+def problem_eval_affine(sub, rng):
+    """problem 1: eval_affine gives eval-mode BatchNorm as y = scale * x + shift"""
     gamma, beta, running_mean, running_var = params(rng, 5)
     running_mean = running_mean * 3
     EVAL_AFFINE.expect(sub, Args(gamma, beta, running_mean, running_var, eps=EPS), what="")
@@ -899,22 +862,12 @@ def oracle_one_step(x, momentum):
 
 ONE_STEP = Graded("running_var_after_one_step", oracle=oracle_one_step, probes=ONE_STEP_PROBES)
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "batchnorm_forward": FORWARD_PROBES,
-    "batchnorm_backward": BACKWARD_PROBES,
-    "eval_affine": EVAL_AFFINE_PROBES,
-    "running_var_after_one_step": ONE_STEP_PROBES,
-}
+PROBES = probe_table(FORWARD, BACKWARD, EVAL_AFFINE, ONE_STEP)
 
 
-@LAB.check(
-    "problem 2: running_var after one training step from a fresh module",
-    points=1,
-    uses=["running_var_after_one_step"],
-)
-def problem_one_step(sub):
-    rng = np.random.default_rng(51)
+@LAB.check(points=1, uses=["running_var_after_one_step"], seed=51)
+def problem_one_step(sub, rng):
+    """problem 2: running_var after one training step from a fresh module"""
     for shape, momentum in [((4, 3), 0.1), ((2, 2, 3, 3), 0.2)]:
         x = channels_with_varied_scale(rng, shape)
         what = f"momentum={momentum}, x of shape {shape}"

@@ -40,18 +40,15 @@ import numpy as np
 
 from normlab.grader.cases import F32, Args, Graded, affine_params, tensor64
 from normlab.grader.core import CheckFailed, Lab, ReadBack
-from normlab.grader.forbidden import LIBRARY_NORMS
+from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, Slip, choice, expect_array, expect_keyed
 
 LAB = Lab(
     stem="07_cost",
     title="The cost of normalization",
-    forbidden={
-        "rmsnorm_two_pass": LIBRARY_NORMS,
-        "layernorm_two_pass": LIBRARY_NORMS,
-        "rmsnorm_fused": LIBRARY_NORMS,
-        "layernorm_fused": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "rmsnorm_two_pass", "layernorm_two_pass", "rmsnorm_fused", "layernorm_fused"
+    ),
     # The fused kernels are Numba's: each compiles on its first call with each kind of input,
     # about 1 s of CPU every time, which a busy machine can stretch past the default 5 s.
     call_timeouts={"rmsnorm_fused": 20.0, "layernorm_fused": 20.0},
@@ -509,20 +506,15 @@ def _expect_layer_edges(sub, graded, rng, **out):
     return gamma, beta
 
 
-@LAB.check(
-    "RMSNorm two-pass matches torch, (N, d) and (B, L, d)", points=2, uses=["rmsnorm_two_pass"]
-)
-def rms_random(sub):
-    _expect_shapes(sub, TWO_PASS["rmsnorm"], "rmsnorm", np.random.default_rng(700), out=None)
+@LAB.check(points=2, uses=["rmsnorm_two_pass"], seed=700)
+def rms_random(sub, rng):
+    """RMSNorm two-pass matches torch, (N, d) and (B, L, d)"""
+    _expect_shapes(sub, TWO_PASS["rmsnorm"], "rmsnorm", rng, out=None)
 
 
-@LAB.check(
-    "RMSNorm two-pass: float32 stays float32, a zero row, a non-contiguous view",
-    points=1,
-    uses=["rmsnorm_two_pass"],
-)
-def rms_edges(sub):
-    rng = np.random.default_rng(701)
+@LAB.check(points=1, uses=["rmsnorm_two_pass"], seed=701)
+def rms_edges(sub, rng):
+    """RMSNorm two-pass: float32 stays float32, a zero row, a non-contiguous view"""
     two_pass = TWO_PASS["rmsnorm"]
     _expect_float32(sub, two_pass, "rmsnorm", rng, out=None)
     x = rows(rng, (4, 16))
@@ -535,43 +527,29 @@ def rms_edges(sub):
     two_pass.expect(sub, args, what="a non-contiguous view x[:, ::2]")
 
 
-@LAB.check(
-    "RMSNorm two-pass writes into a given out and returns it",
-    points=1,
-    uses=["rmsnorm_two_pass"],
-)
-def rms_out(sub):
-    rng = np.random.default_rng(702)
+@LAB.check(points=1, uses=["rmsnorm_two_pass"], seed=702)
+def rms_out(sub, rng):
+    """RMSNorm two-pass writes into a given out and returns it"""
     x = rows(rng, (3, 4, 8))
     args = Args(x, params(rng, 8)[0], eps=EPS, out=np.ones_like(x))
     TWO_PASS["rmsnorm"].expect(sub, args, what="with out= a preallocated array")
 
 
-@LAB.check(
-    "LayerNorm two-pass matches torch, (N, d) and (B, L, d)",
-    points=2,
-    uses=["layernorm_two_pass"],
-)
-def layer_random(sub):
-    _expect_shapes(sub, TWO_PASS["layernorm"], "layernorm", np.random.default_rng(710), out=None)
+@LAB.check(points=2, uses=["layernorm_two_pass"], seed=710)
+def layer_random(sub, rng):
+    """LayerNorm two-pass matches torch, (N, d) and (B, L, d)"""
+    _expect_shapes(sub, TWO_PASS["layernorm"], "layernorm", rng, out=None)
 
 
-@LAB.check(
-    "LayerNorm two-pass in float32 with an offset of 1e4 (no cancellation)",
-    points=2,
-    uses=["layernorm_two_pass"],
-)
-def layer_offset(sub):
-    _expect_layer_offset(sub, TWO_PASS["layernorm"], np.random.default_rng(711), out=None)
+@LAB.check(points=2, uses=["layernorm_two_pass"], seed=711)
+def layer_offset(sub, rng):
+    """LayerNorm two-pass in float32 with an offset of 1e4 (no cancellation)"""
+    _expect_layer_offset(sub, TWO_PASS["layernorm"], rng, out=None)
 
 
-@LAB.check(
-    "LayerNorm two-pass: a constant row, d = 1, a non-contiguous view, out=",
-    points=1,
-    uses=["layernorm_two_pass"],
-)
-def layer_edges(sub):
-    rng = np.random.default_rng(712)
+@LAB.check(points=1, uses=["layernorm_two_pass"], seed=712)
+def layer_edges(sub, rng):
+    """LayerNorm two-pass: a constant row, d = 1, a non-contiguous view, out="""
     two_pass = TWO_PASS["layernorm"]
     gamma, beta = _expect_layer_edges(sub, two_pass, rng, out=None)
     x = rows(rng, (2, 3, 8))
@@ -615,24 +593,16 @@ def _into_out(sub, graded, x, *rest, what):
         raise CheckFailed(NOT_INTO_OUT.format(what=what, left=left)) from None
 
 
-@LAB.check(
-    "RMSNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)",
-    points=2,
-    uses=["rmsnorm_fused"],
-)
-def rms_fused_random(sub):
-    rng = np.random.default_rng(720)
+@LAB.check(points=2, uses=["rmsnorm_fused"], seed=720)
+def rms_fused_random(sub, rng):
+    """RMSNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)"""
     _expect_shapes(sub, FUSED["rmsnorm"], "rmsnorm", rng)
     _expect_float32(sub, FUSED["rmsnorm"], "rmsnorm", rng)
 
 
-@LAB.check(
-    "RMSNorm fused: a zero row, a non-contiguous view, and it fills the out it is given",
-    points=1,
-    uses=["rmsnorm_fused"],
-)
-def rms_fused_edges(sub):
-    rng = np.random.default_rng(721)
+@LAB.check(points=1, uses=["rmsnorm_fused"], seed=721)
+def rms_fused_edges(sub, rng):
+    """RMSNorm fused: a zero row, a non-contiguous view, and it fills the out it is given"""
     fused = FUSED["rmsnorm"]
     x = rows(rng, (4, 16))
     x[0] = 0.0
@@ -645,24 +615,16 @@ def rms_fused_edges(sub):
     _into_out(sub, fused, x, params(rng, 8)[0], what="x of shape (3, 4, 8)")
 
 
-@LAB.check(
-    "LayerNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)",
-    points=2,
-    uses=["layernorm_fused"],
-)
-def layer_fused_random(sub):
-    rng = np.random.default_rng(730)
+@LAB.check(points=2, uses=["layernorm_fused"], seed=730)
+def layer_fused_random(sub, rng):
+    """LayerNorm fused matches torch: float64 and float32, (N, d) and (B, L, d)"""
     _expect_shapes(sub, FUSED["layernorm"], "layernorm", rng)
     _expect_float32(sub, FUSED["layernorm"], "layernorm", rng)
 
 
-@LAB.check(
-    "LayerNorm fused at an offset: float32 x = 1e4 + noise, float64 x = 1e8 + noise",
-    points=2,
-    uses=["layernorm_fused"],
-)
-def layer_fused_offset(sub):
-    rng = np.random.default_rng(731)
+@LAB.check(points=2, uses=["layernorm_fused"], seed=731)
+def layer_fused_offset(sub, rng):
+    """LayerNorm fused at an offset: float32 x = 1e4 + noise, float64 x = 1e8 + noise"""
     fused = FUSED["layernorm"]
     _expect_layer_offset(sub, fused, rng)
     gamma, beta = params(rng, 64)
@@ -671,14 +633,11 @@ def layer_fused_offset(sub):
     fused.expect(sub, args, what="float64 x = 1e8 + noise, shape (4, 64)", tol=OFFSET64)
 
 
-@LAB.check(
-    "LayerNorm fused: a constant row, d = 1, a non-contiguous view, and it fills the out it is "
-    "given",
-    points=1,
-    uses=["layernorm_fused"],
-)
-def layer_fused_edges(sub):
-    rng = np.random.default_rng(732)
+@LAB.check(points=1, uses=["layernorm_fused"], seed=732)
+def layer_fused_edges(sub, rng):
+    """LayerNorm fused: a constant row, d = 1, a non-contiguous view, and it fills the out it is
+    given
+    """
     fused = FUSED["layernorm"]
     gamma, beta = _expect_layer_edges(sub, fused, rng)
     x = rows(rng, (2, 3, 8))
@@ -693,21 +652,24 @@ def _expect_count(sub, function, args, *, what, hint):
     expect_keyed(out, function, args, KEYRING, SLIPS[function], what=what, hint=hint)
 
 
-@LAB.check("bytes_moved: naive and fused, LayerNorm and RMSNorm", points=2, uses=["bytes_moved"])
+@LAB.check(points=2, uses=["bytes_moved"])
 def bytes_cases(sub):
+    """bytes_moved: naive and fused, LayerNorm and RMSNorm"""
     for args in BYTES_CASES:
         _expect_count(sub, "bytes_moved", args, what=f"bytes_moved{args}", hint=BYTES_HINT)
 
 
-@LAB.check("arithmetic_intensity in FLOPs per byte", points=2, uses=["arithmetic_intensity"])
+@LAB.check(points=2, uses=["arithmetic_intensity"])
 def intensity_cases(sub):
+    """arithmetic_intensity in FLOPs per byte"""
     for args in INTENSITY_CASES:
         what = f"arithmetic_intensity{args}"
         _expect_count(sub, "arithmetic_intensity", args, what=what, hint=INTENSITY_HINT)
 
 
-@LAB.check("roofline_time: the larger of compute and memory time", points=2, uses=["roofline_time"])
+@LAB.check(points=2, uses=["roofline_time"])
 def roofline_cases(sub):
+    """roofline_time: the larger of compute and memory time"""
     for args in ROOFLINE_CASES:
         what = (
             "roofline_time(flops={:g}, bytes_moved={:g}, peak_flops={:g}, bandwidth={:g})".format(

@@ -26,22 +26,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, affine_params, tensor64
+from normlab.grader.cases import Args, Graded, affine_params, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="05_group_instance",
     title="GroupNorm, InstanceNorm and DyT",
-    forbidden={
-        "normalize_over": LIBRARY_NORMS,
-        "group_norm_forward": LIBRARY_NORMS,
-        "group_norm_backward": LIBRARY_NORMS + AUTOGRAD,
-        "dyt_forward": LIBRARY_NORMS,
-        "dyt_backward": LIBRARY_NORMS + AUTOGRAD,
-        "group_stat_grads": LIBRARY_NORMS + AUTOGRAD,
-    },
+    forbidden=from_scratch(
+        "normalize_over",
+        "group_norm_forward",
+        "dyt_forward",
+        group_norm_backward=AUTOGRAD,
+        dyt_backward=AUTOGRAD,
+        group_stat_grads=AUTOGRAD,
+    ),
 )
 
 EPS = 1e-5
@@ -727,13 +727,9 @@ def axes_of(*axes):
 # ----------------------------------------------------------------------------- part 1
 
 
-@LAB.check(
-    "normalize_over gives BatchNorm, LayerNorm and InstanceNorm (torch, float64)",
-    points=3,
-    uses=["normalize_over"],
-)
-def normalize_special_cases(sub):
-    rng = np.random.default_rng(50)
+@LAB.check(points=3, uses=["normalize_over"], seed=50)
+def normalize_special_cases(sub, rng):
+    """normalize_over gives BatchNorm, LayerNorm and InstanceNorm (torch, float64)"""
     x = images(rng, (4, 6, 5, 3))
     cases = [
         ((2, 3), oracle_instance_norm(x), "axes (2, 3) of (N, C, H, W) = F.instance_norm"),
@@ -746,13 +742,9 @@ def normalize_special_cases(sub):
     NORMALIZE.expect(sub, Args(tokens, axes_of(-1), eps=EPS), what="axes (-1,) of (B, L, d)")
 
 
-@LAB.check(
-    "normalize_over on any axes: gaps, one axis, 2-D, non-contiguous",
-    points=1,
-    uses=["normalize_over"],
-)
-def normalize_any_axes(sub):
-    rng = np.random.default_rng(51)
+@LAB.check(points=1, uses=["normalize_over"], seed=51)
+def normalize_any_axes(sub, rng):
+    """normalize_over on any axes: gaps, one axis, 2-D, non-contiguous"""
     x = images(rng, (3, 4, 5))
     NORMALIZE.expect(sub, Args(x, axes_of(0, 2), eps=EPS), what="axes (0, 2) of shape (3, 4, 5)")
     NORMALIZE.expect(sub, Args(x, axes_of(1), eps=EPS), what="axes (1,) of shape (3, 4, 5)")
@@ -768,13 +760,9 @@ def normalize_any_axes(sub):
     NORMALIZE.expect(sub, Args(x, axes_of(2), eps=1e-3), what=what)
 
 
-@LAB.check(
-    "normalize_over: a constant slice stays finite; float32 in, float32 out",
-    points=1,
-    uses=["normalize_over"],
-)
-def normalize_edges(sub):
-    rng = np.random.default_rng(52)
+@LAB.check(points=1, uses=["normalize_over"], seed=52)
+def normalize_edges(sub, rng):
+    """normalize_over: a constant slice stays finite; float32 in, float32 out"""
     x = images(rng, (2, 3, 4, 4))
     x[0, 1] = 2.5  # one constant channel of one image: variance exactly 0
     x[1, 2] = 1.0 + 1e-4 * rng.normal(size=(4, 4))  # variance ~1e-8, far below eps
@@ -795,11 +783,9 @@ def normalize_edges(sub):
 # ----------------------------------------------------------------------------- part 2
 
 
-@LAB.check(
-    "GroupNorm forward matches F.group_norm on (N, C, H, W)", points=2, uses=["group_norm_forward"]
-)
-def group_forward_random(sub):
-    rng = np.random.default_rng(60)
+@LAB.check(points=2, uses=["group_norm_forward"], seed=60)
+def group_forward_random(sub, rng):
+    """GroupNorm forward matches F.group_norm on (N, C, H, W)"""
     # W == C in the first case: a channels-last mistake then runs without an error
     for shape, groups in [((2, 6, 3, 6), 2), ((3, 8, 4, 5), 4), ((1, 12, 2, 2), 3)]:
         x = images(rng, shape)
@@ -813,13 +799,9 @@ def group_forward_random(sub):
     GROUP.expect(sub, Args(x, 2, gamma, beta, eps=1e-3), what=what)
 
 
-@LAB.check(
-    "GroupNorm with 1 group, C groups, and (N, C) or (N, C, L) input",
-    points=1,
-    uses=["group_norm_forward"],
-)
-def group_forward_extremes(sub):
-    rng = np.random.default_rng(61)
+@LAB.check(points=1, uses=["group_norm_forward"], seed=61)
+def group_forward_extremes(sub, rng):
+    """GroupNorm with 1 group, C groups, and (N, C) or (N, C, L) input"""
     x = images(rng, (3, 6, 4, 4))
     gamma, beta = channel_params(rng, 6)
     GROUP.expect(
@@ -835,13 +817,9 @@ def group_forward_extremes(sub):
     GROUP.expect(sub, Args(flat, 2, gamma, beta, eps=EPS), what="x of shape (5, 8) (N, C)")
 
 
-@LAB.check(
-    "GroupNorm: constant group stays finite; float32 keeps its dtype; non-contiguous input",
-    points=1,
-    uses=["group_norm_forward"],
-)
-def group_forward_edges(sub):
-    rng = np.random.default_rng(62)
+@LAB.check(points=1, uses=["group_norm_forward"], seed=62)
+def group_forward_edges(sub, rng):
+    """GroupNorm: constant group stays finite; float32 keeps its dtype; non-contiguous input"""
     x = images(rng, (2, 4, 3, 3))
     x[1, 2:] = -0.5  # the second group of the second image is constant
     gamma, beta = channel_params(rng, 4)
@@ -856,13 +834,9 @@ def group_forward_edges(sub):
     )
 
 
-@LAB.check(
-    "GroupNorm does not depend on the rest of the batch",
-    points=1,
-    uses=["group_norm_forward"],
-)
-def group_forward_batch_independent(sub):
-    rng = np.random.default_rng(63)
+@LAB.check(points=1, uses=["group_norm_forward"], seed=63)
+def group_forward_batch_independent(sub, rng):
+    """GroupNorm does not depend on the rest of the batch"""
     x = images(rng, (6, 4, 3, 3))
     gamma, beta = channel_params(rng, 4)
     whole = GROUP.call(sub, Args(x, 2, gamma, beta, eps=EPS)).items[0].array
@@ -902,9 +876,9 @@ def _extreme_gradient_cases(rng):
     yield 3, Args(rng.normal(size=(4, 6)), flat, 3, gamma, eps=EPS)
 
 
-@LAB.check("GroupNorm backward: dx matches autograd", points=2, uses=["group_norm_backward"])
-def group_backward_dx(sub):
-    rng = np.random.default_rng(70)
+@LAB.check(points=2, uses=["group_norm_backward"], seed=70)
+def group_backward_dx(sub, rng):
+    """GroupNorm backward: dx matches autograd"""
     for shape, groups, args in _gradient_cases(rng):
         what = f"x of shape {shape}, G={groups}"
         GROUP_BACKWARD.expect(sub, args, what=what, indices=[0], x=args.args[1])
@@ -916,13 +890,9 @@ def group_backward_dx(sub):
     GROUP_BACKWARD.expect(sub, Args(dy, x, 2, gamma, eps=1e-3), what=what, indices=[0], x=x)
 
 
-@LAB.check(
-    "GroupNorm backward: dgamma and dbeta match autograd, shape (C,)",
-    points=1,
-    uses=["group_norm_backward"],
-)
-def group_backward_params(sub):
-    rng = np.random.default_rng(71)
+@LAB.check(points=1, uses=["group_norm_backward"], seed=71)
+def group_backward_params(sub, rng):
+    """GroupNorm backward: dgamma and dbeta match autograd, shape (C,)"""
     x = images(rng, (3, 4, 2, 3))
     gamma, _ = channel_params(rng, 4)
     dy = rng.normal(size=x.shape)
@@ -930,13 +900,9 @@ def group_backward_params(sub):
     GROUP_BACKWARD.expect(sub, args, what="x of shape (3, 4, 2, 3)", indices=[1, 2], x=x)
 
 
-@LAB.check(
-    "GroupNorm backward with 1 group, C groups and (N, C) input",
-    points=1,
-    uses=["group_norm_backward"],
-)
-def group_backward_extremes(sub):
-    rng = np.random.default_rng(72)
+@LAB.check(points=1, uses=["group_norm_backward"], seed=72)
+def group_backward_extremes(sub, rng):
+    """GroupNorm backward with 1 group, C groups and (N, C) input"""
     for groups, args in _extreme_gradient_cases(rng):
         x = args.args[1]
         if x.ndim == 2:
@@ -948,18 +914,18 @@ def group_backward_extremes(sub):
 # ----------------------------------------------------------------------------- part 4
 
 
-@LAB.check("DyT forward matches its definition", points=2, uses=["dyt_forward"])
-def dyt_forward_random(sub):
-    rng = np.random.default_rng(80)
+@LAB.check(points=2, uses=["dyt_forward"], seed=80)
+def dyt_forward_random(sub, rng):
+    """DyT forward matches its definition"""
     for shape, alpha in [((6, 8), 0.5), ((2, 3, 8), 1.7), ((4, 4), 0.2)]:
         x = rng.normal(size=shape) * 3 + rng.uniform(-2, 2, size=shape[-1])
         gamma, beta = channel_params(rng, shape[-1])
         DYT.expect(sub, Args(x, alpha, gamma, beta), what=f"x of shape {shape}, alpha={alpha}")
 
 
-@LAB.check("DyT forward: saturation, float32 keeps its dtype", points=1, uses=["dyt_forward"])
-def dyt_forward_edges(sub):
-    rng = np.random.default_rng(81)
+@LAB.check(points=1, uses=["dyt_forward"], seed=81)
+def dyt_forward_edges(sub, rng):
+    """DyT forward: saturation, float32 keeps its dtype"""
     x = rng.standard_t(df=2, size=(5, 6)) * 20  # heavy tails: tanh saturates
     gamma, beta = channel_params(rng, 6)
     DYT.expect(sub, Args(x, 0.5, gamma, beta), what="heavy-tailed x up to |x| ~ 1e3")
@@ -971,22 +937,18 @@ def dyt_forward_edges(sub):
 # ----------------------------------------------------------------------------- part 5
 
 
-@LAB.check("DyT backward: dx matches autograd", points=1, uses=["dyt_backward"])
-def dyt_backward_dx(sub):
-    rng = np.random.default_rng(90)
+@LAB.check(points=1, uses=["dyt_backward"], seed=90)
+def dyt_backward_dx(sub, rng):
+    """DyT backward: dx matches autograd"""
     x = rng.normal(size=(4, 6)) * 2
     gamma, _ = channel_params(rng, 6)
     args = Args(rng.normal(size=(4, 6)), x, 0.7, gamma)
     DYT_BACKWARD.expect(sub, args, what="x of shape (4, 6)", indices=[0])
 
 
-@LAB.check(
-    "DyT backward: dalpha is one number, summed over every element",
-    points=1,
-    uses=["dyt_backward"],
-)
-def dyt_backward_alpha(sub):
-    rng = np.random.default_rng(91)
+@LAB.check(points=1, uses=["dyt_backward"], seed=91)
+def dyt_backward_alpha(sub, rng):
+    """DyT backward: dalpha is one number, summed over every element"""
     for shape, alpha in [((5, 6), 0.5), ((2, 3, 6), 1.3)]:
         x = rng.normal(size=shape) * 2
         gamma, _ = channel_params(rng, 6)
@@ -994,13 +956,9 @@ def dyt_backward_alpha(sub):
         DYT_BACKWARD.expect(sub, Args(dy, x, alpha, gamma), what=f"x of shape {shape}", indices=[1])
 
 
-@LAB.check(
-    "DyT backward: dgamma and dbeta (shape (d,)) on (B, L, d)",
-    points=1,
-    uses=["dyt_backward"],
-)
-def dyt_backward_params(sub):
-    rng = np.random.default_rng(92)
+@LAB.check(points=1, uses=["dyt_backward"], seed=92)
+def dyt_backward_params(sub, rng):
+    """DyT backward: dgamma and dbeta (shape (d,)) on (B, L, d)"""
     x = rng.normal(size=(2, 3, 5)) * 2
     gamma, _ = channel_params(rng, 5)
     dy = rng.normal(size=(2, 3, 5))
@@ -1054,18 +1012,21 @@ def _axes_check(sub, name, norm):
     )
 
 
-@LAB.check("problem 1: BatchNorm's axes", points=1, uses=["BN_AXES"])
+@LAB.check(points=1, uses=["BN_AXES"])
 def problem_bn_axes(sub):
+    """problem 1: BatchNorm's axes"""
     _axes_check(sub, "BN_AXES", "BatchNorm")
 
 
-@LAB.check("problem 1: LayerNorm's axes", points=1, uses=["LN_AXES"])
+@LAB.check(points=1, uses=["LN_AXES"])
 def problem_ln_axes(sub):
+    """problem 1: LayerNorm's axes"""
     _axes_check(sub, "LN_AXES", "LayerNorm")
 
 
-@LAB.check("problem 1: InstanceNorm's axes", points=1, uses=["IN_AXES"])
+@LAB.check(points=1, uses=["IN_AXES"])
 def problem_in_axes(sub):
+    """problem 1: InstanceNorm's axes"""
     _axes_check(sub, "IN_AXES", "InstanceNorm")
 
 
@@ -1125,25 +1086,10 @@ GN1 = Graded(
     },
 )
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "normalize_over": NORMALIZE_PROBES,
-    "group_norm_forward": GROUP_NORM_PROBES,
-    "group_norm_backward": GROUP_BACKWARD_PROBES,
-    "dyt_forward": DYT_PROBES,
-    "dyt_backward": DYT_BACKWARD_PROBES,
-    "gn1_as_layernorm_params": GN1_PROBES,
-    "group_stat_grads": STAT_GRADS_PROBES,
-}
 
-
-@LAB.check(
-    "problem 2: LayerNorm parameters that reproduce GroupNorm with one group",
-    points=1,
-    uses=["gn1_as_layernorm_params"],
-)
-def problem_gn1_params(sub):
-    rng = np.random.default_rng(100)
+@LAB.check(points=1, uses=["gn1_as_layernorm_params"], seed=100)
+def problem_gn1_params(sub, rng):
+    """problem 2: LayerNorm parameters that reproduce GroupNorm with one group"""
     for channels, height, width in [(4, 3, 4), (6, 2, 5)]:
         gamma, beta = channel_params(rng, channels)
         args = Args(gamma, beta, height, width)
@@ -1211,29 +1157,23 @@ STAT_GRADS = Graded(
     errors=ERRORS,
 )
 
+PROBES = probe_table(NORMALIZE, GROUP, GROUP_BACKWARD, DYT, DYT_BACKWARD, GN1, STAT_GRADS)
+
 
 def _stat_grads_case(sub, args, what):
     STAT_GRADS.expect(sub, args, what=what + " (both of shape (N, G))")
 
 
-@LAB.check(
-    "problem 4: dL/dmean and dL/dvar of each group match autograd",
-    points=2,
-    uses=["group_stat_grads"],
-)
-def problem_stat_grads(sub):
-    rng = np.random.default_rng(90)
+@LAB.check(points=2, uses=["group_stat_grads"], seed=90)
+def problem_stat_grads(sub, rng):
+    """problem 4: dL/dmean and dL/dvar of each group match autograd"""
     for shape, groups, args in _gradient_cases(rng):
         _stat_grads_case(sub, args, f"x of shape {shape}, G={groups}")
 
 
-@LAB.check(
-    "problem 4: one group, C groups and (N, C) input",
-    points=1,
-    uses=["group_stat_grads"],
-)
-def problem_stat_grads_extremes(sub):
-    rng = np.random.default_rng(91)
+@LAB.check(points=1, uses=["group_stat_grads"], seed=91)
+def problem_stat_grads_extremes(sub, rng):
+    """problem 4: one group, C groups and (N, C) input"""
     for groups, args in _extreme_gradient_cases(rng):
         shape = args.args[1].shape
         _stat_grads_case(sub, args, f"x of shape {shape}, G={groups}")

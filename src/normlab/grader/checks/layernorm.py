@@ -19,20 +19,24 @@ import dataclasses
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, affine_params, rows_with_varied_scale, tensor64
+from normlab.grader.cases import (
+    Args,
+    Graded,
+    affine_params,
+    probe_table,
+    rows_with_varied_scale,
+    tensor64,
+)
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, array_of, both, choice, eps_ignored
 
 LAB = Lab(
     stem="03_layernorm",
     title="LayerNorm",
-    forbidden={
-        "layernorm_forward": LIBRARY_NORMS,
-        "layernorm_backward": LIBRARY_NORMS + AUTOGRAD,
-        "d1_output": LIBRARY_NORMS,
-        "d2_xhat": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "layernorm_forward", "d1_output", "d2_xhat", layernorm_backward=AUTOGRAD
+    ),
 )
 
 EPS = 1e-5
@@ -278,9 +282,9 @@ BACKWARD = Graded(
 # ----------------------------------------------------------------------------- forward checks
 
 
-@LAB.check("forward matches torch on random (N, d) inputs", points=2, uses=["layernorm_forward"])
-def forward_random(sub):
-    rng = np.random.default_rng(30)
+@LAB.check(points=2, uses=["layernorm_forward"], seed=30)
+def forward_random(sub, rng):
+    """forward matches torch on random (N, d) inputs"""
     for shape in [(8, 8), (6, 8), (1, 16)]:  # square first: exposes missing keepdims
         x = rows_with_varied_scale(rng, shape)
         gamma, beta = affine_params(rng, shape[-1])
@@ -291,11 +295,9 @@ def forward_random(sub):
     FORWARD.expect(sub, Args(x, gamma, beta, eps=1e-3), what="x of shape (6, 8), eps = 1e-3")
 
 
-@LAB.check(
-    "forward handles (B, L, d) and non-contiguous input", points=1, uses=["layernorm_forward"]
-)
-def forward_3d(sub):
-    rng = np.random.default_rng(31)
+@LAB.check(points=1, uses=["layernorm_forward"], seed=31)
+def forward_3d(sub, rng):
+    """forward handles (B, L, d) and non-contiguous input"""
     x = rows_with_varied_scale(rng, (2, 3, 8))
     gamma, beta = affine_params(rng, 8)
     FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what="x of shape (2, 3, 8)")
@@ -307,9 +309,9 @@ def forward_3d(sub):
     )
 
 
-@LAB.check("forward stays finite as the variance goes to 0", points=1, uses=["layernorm_forward"])
-def forward_small_variance(sub):
-    rng = np.random.default_rng(32)
+@LAB.check(points=1, uses=["layernorm_forward"], seed=32)
+def forward_small_variance(sub, rng):
+    """forward stays finite as the variance goes to 0"""
     x = np.empty((4, 8))
     x[0] = 3.0  # a constant row: variance exactly 0
     x[1] = -1.5
@@ -319,13 +321,9 @@ def forward_small_variance(sub):
     FORWARD.expect(sub, Args(x, gamma, beta, eps=EPS), what="rows with variance 0 and 1e-8")
 
 
-@LAB.check(
-    "forward is accurate with a large offset (x + 1e4, float32)",
-    points=1,
-    uses=["layernorm_forward"],
-)
-def forward_offset_float32(sub):
-    rng = np.random.default_rng(33)
+@LAB.check(points=1, uses=["layernorm_forward"], seed=33)
+def forward_offset_float32(sub, rng):
+    """forward is accurate with a large offset (x + 1e4, float32)"""
     x = (rng.normal(size=(6, 64)) + 1e4).astype(np.float32)
     gamma, beta = affine_params(rng, 64, np.float32)
     FORWARD.expect(
@@ -340,9 +338,9 @@ def forward_offset_float32(sub):
     )
 
 
-@LAB.check("forward with d = 1 returns beta", points=1, uses=["layernorm_forward"])
-def forward_d1(sub):
-    rng = np.random.default_rng(34)
+@LAB.check(points=1, uses=["layernorm_forward"], seed=34)
+def forward_d1(sub, rng):
+    """forward with d = 1 returns beta"""
     x = rng.normal(size=(5, 1)) * 10
     gamma, beta = np.array([2.0]), np.array([0.7])
     args = Args(x, gamma, beta, eps=EPS)
@@ -360,13 +358,9 @@ def forward_d1(sub):
     graded.expect(sub, args, what="d = 1, x of shape (5, 1)", out=out)
 
 
-@LAB.check(
-    "forward output: mean 0, variance 1 per row, scale invariant",
-    points=1,
-    uses=["layernorm_forward"],
-)
-def forward_invariants(sub):
-    rng = np.random.default_rng(35)
+@LAB.check(points=1, uses=["layernorm_forward"], seed=35)
+def forward_invariants(sub, rng):
+    """forward output: mean 0, variance 1 per row, scale invariant"""
     x = rng.normal(size=(4, 32)) * 5 + 2
     ones, zeros = np.ones(32), np.zeros(32)
     what = "layernorm_forward with gamma = 1, beta = 0"
@@ -397,9 +391,9 @@ def forward_invariants(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-@LAB.check("backward: dx matches autograd", points=2, uses=["layernorm_backward"])
-def backward_dx(sub):
-    rng = np.random.default_rng(40)
+@LAB.check(points=2, uses=["layernorm_backward"], seed=40)
+def backward_dx(sub, rng):
+    """backward: dx matches autograd"""
     # first a constant row (variance 0) and d = 1, where a missing eps or a d - 1 gives NaN
     # or inf: the message then says where
     x = rows_with_varied_scale(rng, (4, 8))
@@ -426,22 +420,18 @@ def backward_dx(sub):
     BACKWARD.expect(sub, Args(dy, x, gamma, eps=1e-3), what=what, indices=[0], x=x)
 
 
-@LAB.check("backward: dgamma and dbeta match autograd", points=1, uses=["layernorm_backward"])
-def backward_params(sub):
-    rng = np.random.default_rng(41)
+@LAB.check(points=1, uses=["layernorm_backward"], seed=41)
+def backward_params(sub, rng):
+    """backward: dgamma and dbeta match autograd"""
     x = rows_with_varied_scale(rng, (5, 6))
     gamma, _ = affine_params(rng, 6)
     args = Args(rng.normal(size=(5, 6)), x, gamma, eps=EPS)
     BACKWARD.expect(sub, args, what="x of shape (5, 6)", indices=[1, 2], x=x)
 
 
-@LAB.check(
-    "backward on (B, L, d): all gradients right, dgamma/dbeta of shape (d,)",
-    points=1,
-    uses=["layernorm_backward"],
-)
-def backward_3d(sub):
-    rng = np.random.default_rng(42)
+@LAB.check(points=1, uses=["layernorm_backward"], seed=42)
+def backward_3d(sub, rng):
+    """backward on (B, L, d): all gradients right, dgamma/dbeta of shape (d,)"""
     x = rows_with_varied_scale(rng, (2, 3, 5))
     gamma, _ = affine_params(rng, 5)
     args = Args(rng.normal(size=(2, 3, 5)), x, gamma, eps=EPS)
@@ -481,9 +471,9 @@ D1 = Graded("d1_output", oracle=oracle_d1_output, probes=D1_PROBES)
 D1_HINT = "With one feature the mean is the feature itself."
 
 
-@LAB.check("problem 1: d1_output gives LayerNorm's output for d = 1", points=1, uses=["d1_output"])
-def problem_d1_output(sub):
-    rng = np.random.default_rng(50)
+@LAB.check(points=1, uses=["d1_output"], seed=50)
+def problem_d1_output(sub, rng):
+    """problem 1: d1_output gives LayerNorm's output for d = 1"""
     for shape in [(6, 1), (2, 3, 1)]:
         x = rng.normal(size=shape) * 100
         gamma, beta = np.array([rng.normal()]), np.array([rng.normal()])
@@ -560,14 +550,6 @@ def _d2_probes():
 
 D2_PROBES = _d2_probes()
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "layernorm_forward": FORWARD_PROBES,
-    "layernorm_backward": BACKWARD_PROBES,
-    "d1_output": D1_PROBES,
-    "d2_xhat": D2_PROBES,
-}
-
 
 def oracle_d2_xhat(x, eps):
     """x_hat of LayerNorm for d = 2 (gamma = 1, beta = 0)."""
@@ -576,10 +558,12 @@ def oracle_d2_xhat(x, eps):
 
 D2 = Graded("d2_xhat", oracle=oracle_d2_xhat, probes=D2_PROBES)
 
+PROBES = probe_table(FORWARD, BACKWARD, D1, D2)
 
-@LAB.check("problem 2: d2_xhat gives x_hat for d = 2 in closed form", points=1, uses=["d2_xhat"])
-def problem_d2_xhat(sub):
-    rng = np.random.default_rng(60)
+
+@LAB.check(points=1, uses=["d2_xhat"], seed=60)
+def problem_d2_xhat(sub, rng):
+    """problem 2: d2_xhat gives x_hat for d = 2 in closed form"""
     far = rng.normal(size=(5, 2)) * 10
     near = np.array([[3.0, 3.001], [3.0, 3.0], [-1e-3, 1e-3], [0.5, 0.5 + 4e-3]])
     for x, eps, what in [

@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import F32, Args, Graded, tensor64
+from normlab.grader.cases import F32, Args, Graded, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, expect_choice
+from normlab.grader.forbidden import from_scratch
+from normlab.grader.probes import Probe, choice
 
 LAB = Lab(
     stem="10_low_precision",
     title="Norms in low precision",
-    forbidden={
-        "lowp_layernorm": LIBRARY_NORMS,
-        "lowp_rmsnorm": LIBRARY_NORMS,
-        "lowp_rmsnorm_bf16": LIBRARY_NORMS,
-        "lowp_layernorm_bf16": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "lowp_layernorm", "lowp_rmsnorm", "lowp_rmsnorm_bf16", "lowp_layernorm_bf16"
+    ),
 )
 
 LN_EPS = 1e-5
@@ -430,16 +427,6 @@ MERGE_HINT = (
     "m2_a + m2_b + delta**2 * count_a * count_b / (count_a + count_b)."
 )
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "lowp_to_bfloat16": BFLOAT16_PROBES,
-    "lowp_layernorm": LAYERNORM_PROBES,
-    "lowp_rmsnorm": RMSNORM_PROBES,
-    "lowp_rmsnorm_bf16": RMSNORM_BF16_PROBES,
-    "lowp_layernorm_bf16": LAYERNORM_BF16_PROBES,
-    "lowp_merge": MERGE_PROBES,
-}
-
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -517,15 +504,15 @@ MERGE_FN = Graded(
     options={"hint": MERGE_HINT},
 )
 
+PROBES = probe_table(BFLOAT16, LAYERNORM, RMSNORM, RMSNORM_BF16, LAYERNORM_BF16, MERGE_FN)
+
 
 # ----------------------------------------------------------------------------- bfloat16
 
 
-@LAB.check(
-    "bfloat16: nearest value, ties to even, float32 kept", points=2, uses=["lowp_to_bfloat16"]
-)
-def bfloat16_rounding(sub):
-    rng = np.random.default_rng(100)
+@LAB.check(points=2, uses=["lowp_to_bfloat16"], seed=100)
+def bfloat16_rounding(sub, rng):
+    """bfloat16: nearest value, ties to even, float32 kept"""
     x = float32_values(rng)
     BFLOAT16.expect(sub, Args(x), what="float32 values of every size, with ties", dtype=np.float32)
     grid = rng.normal(size=(3, 5)).astype(np.float32)
@@ -535,13 +522,9 @@ def bfloat16_rounding(sub):
 # ----------------------------------------------------------------------------- LayerNorm
 
 
-@LAB.check(
-    "LayerNorm: float16 rows of d = 4096 with offsets 0 to 1000 and outliers",
-    points=3,
-    uses=["lowp_layernorm"],
-)
-def layernorm_offsets(sub):
-    rng = np.random.default_rng(101)
+@LAB.check(points=3, uses=["lowp_layernorm"], seed=101)
+def layernorm_offsets(sub, rng):
+    """LayerNorm: float16 rows of d = 4096 with offsets 0 to 1000 and outliers"""
     gamma, beta = affine16(rng, D)
     for offset, outliers in [(0.0, 4), (100.0, 0), (1000.0, 0)]:
         x = activations(rng, 2, D, offset, outliers)
@@ -549,13 +532,9 @@ def layernorm_offsets(sub):
         LAYERNORM.expect(sub, Args(x, gamma, beta, eps=LN_EPS), what=what, dtype=np.float16, x=x)
 
 
-@LAB.check(
-    "LayerNorm: (B, L, d) float16, a constant row, eps = 1e-3",
-    points=1,
-    uses=["lowp_layernorm"],
-)
-def layernorm_small(sub):
-    rng = np.random.default_rng(102)
+@LAB.check(points=1, uses=["lowp_layernorm"], seed=102)
+def layernorm_small(sub, rng):
+    """LayerNorm: (B, L, d) float16, a constant row, eps = 1e-3"""
     gamma, beta = affine16(rng, 64)
     x = activations(rng, 6, 64, 300.0, scale=2.0).reshape(2, 3, 64)
     x[1, 2] = 300.0  # a constant row: variance 0, the output is beta
@@ -563,9 +542,9 @@ def layernorm_small(sub):
     LAYERNORM.expect(sub, args, what="float16 x of shape (2, 3, 64)", dtype=np.float16, x=x)
 
 
-@LAB.check("LayerNorm: float32 in, float32 out", points=1, uses=["lowp_layernorm"])
-def layernorm_float32(sub):
-    rng = np.random.default_rng(103)
+@LAB.check(points=1, uses=["lowp_layernorm"], seed=103)
+def layernorm_float32(sub, rng):
+    """LayerNorm: float32 in, float32 out"""
     x = activations(rng, 4, 256, 10.0, dtype=np.float32)
     gamma, beta = (g.astype(np.float32) for g in affine16(rng, 256))
     args = Args(x, gamma, beta, eps=LN_EPS)
@@ -575,13 +554,9 @@ def layernorm_float32(sub):
 # ----------------------------------------------------------------------------- RMSNorm
 
 
-@LAB.check(
-    "RMSNorm: float16 rows of d = 4096 with outliers, and (B, L, d) with a row of zeros",
-    points=3,
-    uses=["lowp_rmsnorm"],
-)
-def rmsnorm_outliers(sub):
-    rng = np.random.default_rng(104)
+@LAB.check(points=3, uses=["lowp_rmsnorm"], seed=104)
+def rmsnorm_outliers(sub, rng):
+    """RMSNorm: float16 rows of d = 4096 with outliers, and (B, L, d) with a row of zeros"""
     gamma = affine16(rng, D)[0]
     for offset, outliers, scale in [(0.0, 0, 1.0), (0.0, 4, 3.0), (10.0, 2, 1.0)]:
         x = activations(rng, 2, D, offset, outliers, scale=scale)
@@ -598,22 +573,18 @@ def rmsnorm_outliers(sub):
     )
 
 
-@LAB.check("RMSNorm: float32 in, float32 out", points=1, uses=["lowp_rmsnorm"])
-def rmsnorm_float32(sub):
-    rng = np.random.default_rng(105)
+@LAB.check(points=1, uses=["lowp_rmsnorm"], seed=105)
+def rmsnorm_float32(sub, rng):
+    """RMSNorm: float32 in, float32 out"""
     x = activations(rng, 4, 256, 1.0, dtype=np.float32)
     gamma = affine16(rng, 256)[0].astype(np.float32)
     args = Args(x, gamma, eps=RMS_EPS)
     RMSNORM.expect(sub, args, what="float32 x of shape (4, 256)", tol=F32, dtype=np.float32)
 
 
-@LAB.check(
-    "RMSNorm in bfloat16: rounded once, every output a bfloat16 value",
-    points=2,
-    uses=["lowp_rmsnorm_bf16"],
-)
-def rmsnorm_bfloat16(sub):
-    rng = np.random.default_rng(107)
+@LAB.check(points=2, uses=["lowp_rmsnorm_bf16"], seed=107)
+def rmsnorm_bfloat16(sub, rng):
+    """RMSNorm in bfloat16: rounded once, every output a bfloat16 value"""
     gamma = oracle_to_bfloat16(affine16(rng, D)[0])
     for outliers, scale in [(0, 1.0), (4, 3.0)]:
         x = oracle_to_bfloat16(activations(rng, 2, D, 0.0, outliers, scale, dtype=np.float32))
@@ -636,13 +607,9 @@ def _expect_on_the_bfloat16_grid(function, what, out):
         )
 
 
-@LAB.check(
-    "LayerNorm in bfloat16: offsets 0 to 1000 and a constant row, float32 statistics, rounded once",
-    points=2,
-    uses=["lowp_layernorm_bf16"],
-)
-def layernorm_bfloat16(sub):
-    rng = np.random.default_rng(108)
+@LAB.check(points=2, uses=["lowp_layernorm_bf16"], seed=108)
+def layernorm_bfloat16(sub, rng):
+    """LayerNorm in bfloat16: offsets 0 to 1000 and a constant row, float32 statistics, rounded once"""
     gamma, beta = (oracle_to_bfloat16(g.astype(np.float32)) for g in affine16(rng, D))
     for offset, outliers in [(0.0, 4), (100.0, 0), (1000.0, 0)]:
         x = oracle_to_bfloat16(activations(rng, 2, D, offset, outliers, dtype=np.float32))
@@ -666,13 +633,9 @@ def layernorm_bfloat16(sub):
 # ----------------------------------------------------------------------------- merge
 
 
-@LAB.check(
-    "merge: two halves' (mean, M2) of unequal sizes, in float32",
-    points=3,
-    uses=["lowp_merge"],
-)
-def merge_halves(sub):
-    rng = np.random.default_rng(106)
+@LAB.check(points=3, uses=["lowp_merge"], seed=106)
+def merge_halves(sub, rng):
+    """merge: two halves' (mean, M2) of unequal sizes, in float32"""
     for counts, offset in [((3000, 1096), 1.0), ((1024, 3072), 1000.0), ((1, 7), 300.0)]:
         args = halves(rng, 4, *counts, offset)
         what = f"counts {counts[0]} and {counts[1]}, offset {offset:g}"
@@ -715,31 +678,23 @@ LOWP_GAIN_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: the one-pass variance at an offset of 1e4 (multiple choice)",
     points=1,
-    uses=["LOWP_ONEPASS_ANSWER"],
+    name="LOWP_ONEPASS_ANSWER",
+    key="b",
+    hint="Compare the size of the variance with float32's spacing near mean(x**2).",
+    why=LOWP_ONEPASS_WHY,
 )
-def problem_onepass(sub):
-    expect_choice(
-        sub.get("LOWP_ONEPASS_ANSWER"),
-        "b",
-        what="LOWP_ONEPASS_ANSWER",
-        hint="Compare the size of the variance with float32's spacing near mean(x**2).",
-        why=LOWP_ONEPASS_WHY,
-    )
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 2: a bfloat16 gain near 1 (multiple choice)",
     points=1,
-    uses=["LOWP_GAIN_ANSWER"],
+    name="LOWP_GAIN_ANSWER",
+    key="c",
+    hint="Find bfloat16's spacing near 1 and near 1e-3, and compare each with the update.",
+    why=LOWP_GAIN_WHY,
 )
-def problem_gain(sub):
-    expect_choice(
-        sub.get("LOWP_GAIN_ANSWER"),
-        "c",
-        what="LOWP_GAIN_ANSWER",
-        hint="Find bfloat16's spacing near 1 and near 1e-3, and compare each with the update.",
-        why=LOWP_GAIN_WHY,
-    )

@@ -19,21 +19,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.core import AsTorch, CheckFailed, Lab
-from normlab.grader.forbidden import LIBRARY_NORMS
-from normlab.grader.probes import Probe, array_of, expect_choice
+from normlab.grader.forbidden import from_scratch
+from normlab.grader.probes import Probe, array_of, choice
 
 LAB = Lab(
     stem="09_modern_norms",
     title="The norms of current transformers",
     torch=True,  # written in PyTorch: the sandbox does not hide it
-    forbidden={
-        "qknorm_attention": LIBRARY_NORMS,
-        "qknorm_grads": LIBRARY_NORMS,
-        "policy_rmsnorm_bf16": LIBRARY_NORMS,
-        "sublayer_output": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "qknorm_attention", "qknorm_grads", "policy_rmsnorm_bf16", "sublayer_output"
+    ),
 )
 
 EPS = 1e-6
@@ -482,12 +479,9 @@ SUBLAYER = {
     }.items()
 }
 
-PROBES = {
-    "qknorm_attention": QK_PROBES,
-    "qknorm_grads": QK_GRAD_PROBES,
-    "policy_rmsnorm_bf16": POLICY_PROBES,
-    "sublayer_output": SUBLAYER_PROBES,
-}
+PROBES = probe_table(
+    QKNORM, QK_GRADS, policy_rmsnorm_bf16=POLICY_PROBES, sublayer_output=SUBLAYER_PROBES
+)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -514,38 +508,26 @@ def qk_inputs(rng, batch=2, heads=3, length=5, head_dim=8):
 # ----------------------------------------------------------------------------- QK-norm checks
 
 
-@LAB.check(
-    "QK-norm attention: RMSNorm of each head over head_dim, then rotary, then causal softmax",
-    points=3,
-    uses=["qknorm_attention"],
-)
-def qknorm_forward(sub):
-    rng = np.random.default_rng(90)
+@LAB.check(points=3, uses=["qknorm_attention"], seed=90)
+def qknorm_forward(sub, rng):
+    """QK-norm attention: RMSNorm of each head over head_dim, then rotary, then causal softmax"""
     for shape in [(2, 3, 5, 8), (1, 4, 6, 4)]:
         batch, heads, length, head_dim = shape
         args = torch_args(*qk_inputs(rng, batch, heads, length, head_dim), eps=EPS)
         QKNORM.expect(sub, args, what=f"q, k, v of shape {shape}")
 
 
-@LAB.check(
-    "QK-norm attention: the output does not change when q and k are scaled",
-    points=1,
-    uses=["qknorm_attention"],
-)
-def qknorm_scale_invariance(sub):
-    rng = np.random.default_rng(91)
+@LAB.check(points=1, uses=["qknorm_attention"], seed=91)
+def qknorm_scale_invariance(sub, rng):
+    """QK-norm attention: the output does not change when q and k are scaled"""
     q, k, *rest = qk_inputs(rng)
     args = torch_args(q * 1000.0, k * 0.001, *rest, eps=EPS)
     QKNORM.expect(sub, args, what="q scaled by 1000 and k by 0.001")
 
 
-@LAB.check(
-    "gradients flow through QK-norm (dq, dk, dv, dgamma_q, dgamma_k)",
-    points=2,
-    uses=["qknorm_grads"],
-)
-def qknorm_backward(sub):
-    rng = np.random.default_rng(92)
+@LAB.check(points=2, uses=["qknorm_grads"], seed=92)
+def qknorm_backward(sub, rng):
+    """gradients flow through QK-norm (dq, dk, dv, dgamma_q, dgamma_k)"""
     inputs = qk_inputs(rng)
     dy = rng.normal(size=inputs[0].shape)
     QK_GRADS.expect(sub, torch_args(*inputs, dy), what="q, k, v of shape (2, 3, 5, 8)")
@@ -572,31 +554,21 @@ def _expect_policy(sub, rng, *, offset, in_float32, eps=EPS):
     )
 
 
-@LAB.check(
-    "policy_rmsnorm, Llama's convention: gain = weight, cast before the multiply",
-    points=1,
-    uses=["policy_rmsnorm_bf16"],
-)
-def policy_llama(sub):
-    _expect_policy(sub, np.random.default_rng(93), offset=False, in_float32=False)
+@LAB.check(points=1, uses=["policy_rmsnorm_bf16"], seed=93)
+def policy_llama(sub, rng):
+    """policy_rmsnorm, Llama's convention: gain = weight, cast before the multiply"""
+    _expect_policy(sub, rng, offset=False, in_float32=False)
 
 
-@LAB.check(
-    "policy_rmsnorm, Gemma's convention: gain = 1 + weight, multiplied in float32",
-    points=2,
-    uses=["policy_rmsnorm_bf16"],
-)
-def policy_gemma(sub):
-    _expect_policy(sub, np.random.default_rng(94), offset=True, in_float32=True)
+@LAB.check(points=2, uses=["policy_rmsnorm_bf16"], seed=94)
+def policy_gemma(sub, rng):
+    """policy_rmsnorm, Gemma's convention: gain = 1 + weight, multiplied in float32"""
+    _expect_policy(sub, rng, offset=True, in_float32=True)
 
 
-@LAB.check(
-    "policy_rmsnorm: the other two combinations of convention and cast order",
-    points=1,
-    uses=["policy_rmsnorm_bf16"],
-)
-def policy_mixed(sub):
-    rng = np.random.default_rng(95)
+@LAB.check(points=1, uses=["policy_rmsnorm_bf16"], seed=95)
+def policy_mixed(sub, rng):
+    """policy_rmsnorm: the other two combinations of convention and cast order"""
     for offset, in_float32 in [(True, False), (False, True)]:
         _expect_policy(sub, rng, offset=offset, in_float32=in_float32, eps=1e-3)
 
@@ -616,34 +588,28 @@ def _sublayer_case(sub, placement, layer, seed):
     SUBLAYER[placement].expect(sub, args, what=what)
 
 
-@LAB.check(
-    "residual_sublayer: Pre-LN and Post-LN as in chapter 06",
-    points=1,
-    uses=["sublayer_output"],
-)
+@LAB.check(points=1, uses=["sublayer_output"])
 def sublayer_pre_post(sub):
+    """residual_sublayer: Pre-LN and Post-LN as in chapter 06"""
     _sublayer_case(sub, "pre", 1, seed=96)
     _sublayer_case(sub, "post", 1, seed=97)
 
 
-@LAB.check("residual_sublayer: Peri-LN, x + N_out(G(N_in(x)))", points=2, uses=["sublayer_output"])
+@LAB.check(points=2, uses=["sublayer_output"])
 def sublayer_peri(sub):
+    """residual_sublayer: Peri-LN, x + N_out(G(N_in(x)))"""
     _sublayer_case(sub, "peri", 1, seed=98)
 
 
-@LAB.check(
-    "residual_sublayer: OLMo 2's placement, x + N_out(G(x))", points=2, uses=["sublayer_output"]
-)
+@LAB.check(points=2, uses=["sublayer_output"])
 def sublayer_olmo2(sub):
+    """residual_sublayer: OLMo 2's placement, x + N_out(G(x))"""
     _sublayer_case(sub, "olmo2", 1, seed=99)
 
 
-@LAB.check(
-    "residual_sublayer: LayerNorm scaling, x + G(N_in(x) / sqrt(layer))",
-    points=2,
-    uses=["sublayer_output"],
-)
+@LAB.check(points=2, uses=["sublayer_output"])
 def sublayer_scaled(sub):
+    """residual_sublayer: LayerNorm scaling, x + G(N_in(x) / sqrt(layer))"""
     for layer, seed in [(4, 100), (9, 101)]:
         _sublayer_case(sub, "scaled", layer, seed=seed)
 
@@ -659,20 +625,16 @@ QK_BOUND_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: the largest attention logit under QK-norm (multiple choice)",
     points=1,
-    uses=["QK_BOUND_ANSWER"],
+    name="QK_BOUND_ANSWER",
+    key="b",
+    hint="Find the length of an RMS-normalized vector of head_dim coordinates, then bound "
+    "the dot product of two of them (Cauchy-Schwarz) and divide by sqrt(head_dim).",
+    why=QK_BOUND_WHY,
 )
-def problem_qk_bound(sub):
-    expect_choice(
-        sub.get("QK_BOUND_ANSWER"),
-        "b",
-        what="QK_BOUND_ANSWER",
-        hint="Find the length of an RMS-normalized vector of head_dim coordinates, then bound "
-        "the dot product of two of them (Cauchy-Schwarz) and divide by sqrt(head_dim).",
-        why=QK_BOUND_WHY,
-    )
 
 
 DECAY_WHY = {
@@ -685,20 +647,16 @@ DECAY_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 2: what weight decay does to weight and to 1 + weight (multiple choice)",
     points=1,
-    uses=["DECAY_ANSWER"],
+    name="DECAY_ANSWER",
+    key="c",
+    hint="Decay pulls the STORED parameter towards 0. Work out the gain each model "
+    "computes from a stored parameter of 0.",
+    why=DECAY_WHY,
 )
-def problem_decay(sub):
-    expect_choice(
-        sub.get("DECAY_ANSWER"),
-        "c",
-        what="DECAY_ANSWER",
-        hint="Decay pulls the STORED parameter towards 0. Work out the gain each model "
-        "computes from a stored parameter of 0.",
-        why=DECAY_WHY,
-    )
 
 
 NGPT_WHY = {
@@ -711,17 +669,13 @@ NGPT_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 3: what the normalized transformer keeps on the unit sphere (multiple choice)",
     points=1,
-    uses=["NGPT_ANSWER"],
+    name="NGPT_ANSWER",
+    key="b",
+    hint="Reread the chapter's section on nGPT: which vectors does it normalize, and after "
+    "which step?",
+    why=NGPT_WHY,
 )
-def problem_ngpt(sub):
-    expect_choice(
-        sub.get("NGPT_ANSWER"),
-        "b",
-        what="NGPT_ANSWER",
-        hint="Reread the chapter's section on nGPT: which vectors does it normalize, and after "
-        "which step?",
-        why=NGPT_WHY,
-    )

@@ -23,10 +23,10 @@ import re
 import numpy as np
 
 from normlab.grader import keys
-from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
-from normlab.grader.forbidden import LIBRARY_NORMS
+from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, expect_value, item_of
 
 LIBRARY_BLOCKS = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"]
@@ -35,14 +35,14 @@ LAB = Lab(
     stem="06_pre_post_ln",
     title="Pre-LN vs Post-LN",
     torch=True,  # written in PyTorch: the sandbox does not hide it
-    forbidden={
-        "scratch_layernorm": LIBRARY_NORMS,
-        "scratch_layernorm_grads": LIBRARY_NORMS,
-        "scratch_rmsnorm": LIBRARY_NORMS,
-        "block_output": LIBRARY_NORMS + LIBRARY_BLOCKS,
-        "stack_output": LIBRARY_NORMS + LIBRARY_BLOCKS,
-        "stack_grads": LIBRARY_NORMS + LIBRARY_BLOCKS,
-    },
+    forbidden=from_scratch(
+        "scratch_layernorm",
+        "scratch_layernorm_grads",
+        "scratch_rmsnorm",
+        block_output=LIBRARY_BLOCKS,
+        stack_output=LIBRARY_BLOCKS,
+        stack_grads=LIBRARY_BLOCKS,
+    ),
 )
 
 LN_EPS, RMS_EPS = 1e-5, 1e-6
@@ -477,9 +477,9 @@ STACK = Graded(
 # ----------------------------------------------------------------------------- norm checks
 
 
-@LAB.check("scratch_layernorm matches F.layer_norm", points=2, uses=["scratch_layernorm"])
-def layernorm_forward(sub):
-    rng = np.random.default_rng(60)
+@LAB.check(points=2, uses=["scratch_layernorm"], seed=60)
+def layernorm_forward(sub, rng):
+    """scratch_layernorm matches F.layer_norm"""
     for shape in [(6, 8), (2, 3, 8)]:
         x = rows_with_varied_scale(rng, shape)
         gamma, beta = rng.normal(1, 0.5, size=8), rng.normal(0, 0.5, size=8)
@@ -490,13 +490,9 @@ def layernorm_forward(sub):
     LAYERNORM.expect(sub, args, what="a constant row")
 
 
-@LAB.check(
-    "gradients flow through scratch_layernorm (autograd)",
-    points=1,
-    uses=["scratch_layernorm_grads"],
-)
-def layernorm_autograd(sub):
-    rng = np.random.default_rng(61)
+@LAB.check(points=1, uses=["scratch_layernorm_grads"], seed=61)
+def layernorm_autograd(sub, rng):
+    """gradients flow through scratch_layernorm (autograd)"""
     x = rows_with_varied_scale(rng, (4, 6))
     gamma, beta, dy = rng.normal(1, 0.5, size=6), rng.normal(size=6), rng.normal(size=(4, 6))
     args = torch_args(x, gamma, beta, dy)
@@ -514,9 +510,9 @@ def layernorm_autograd(sub):
         )
 
 
-@LAB.check("scratch_rmsnorm matches F.rms_norm", points=1, uses=["scratch_rmsnorm"])
-def rmsnorm_forward(sub):
-    rng = np.random.default_rng(62)
+@LAB.check(points=1, uses=["scratch_rmsnorm"], seed=62)
+def rmsnorm_forward(sub, rng):
+    """scratch_rmsnorm matches F.rms_norm"""
     for shape in [(5, 8), (2, 3, 8)]:
         x = rows_with_varied_scale(rng, shape)
         gamma = rng.normal(1, 0.5, size=8)
@@ -534,18 +530,21 @@ def _block_case(sub, placement, norm, seed):
     BLOCKS[placement].expect(sub, args, what=what)
 
 
-@LAB.check("PostLNBlock: x = LN(x + G(x)) for each sub-layer", points=2, uses=["block_output"])
+@LAB.check(points=2, uses=["block_output"])
 def post_block(sub):
+    """PostLNBlock: x = LN(x + G(x)) for each sub-layer"""
     _block_case(sub, "post", "layernorm", seed=70)
 
 
-@LAB.check("PreLNBlock: x = x + G(LN(x)) for each sub-layer", points=2, uses=["block_output"])
+@LAB.check(points=2, uses=["block_output"])
 def pre_block(sub):
+    """PreLNBlock: x = x + G(LN(x)) for each sub-layer"""
     _block_case(sub, "pre", "layernorm", seed=71)
 
 
-@LAB.check("both blocks work with scratch_rmsnorm", points=1, uses=["block_output"])
+@LAB.check(points=1, uses=["block_output"])
 def rms_blocks(sub):
+    """both blocks work with scratch_rmsnorm"""
     _block_case(sub, "post", "rmsnorm", seed=72)
     _block_case(sub, "pre", "rmsnorm", seed=73)
 
@@ -561,8 +560,9 @@ def _stack_inputs(seed, depth):
     return x, (*weights, final_gamma, final_beta)
 
 
-@LAB.check("BlockStack: a final LN after Pre-LN blocks only", points=2, uses=["stack_output"])
+@LAB.check(points=2, uses=["stack_output"])
 def stack(sub):
+    """BlockStack: a final LN after Pre-LN blocks only"""
     for seed, placement in [(80, "pre"), (81, "post")]:
         x, weights = _stack_inputs(seed, depth=3)
         args = torch_args(placement, N_HEADS, x, *weights)
@@ -603,12 +603,9 @@ STACK_GRADS = {
 }
 
 
-@LAB.check(
-    "stack gradients at initialization (dx, per-block gradient norms)",
-    points=1,
-    uses=["stack_grads"],
-)
+@LAB.check(points=1, uses=["stack_grads"])
 def stack_gradients(sub):
+    """stack gradients at initialization (dx, per-block gradient norms)"""
     for seed, placement in [(90, "post"), (91, "pre")]:
         x, weights = _stack_inputs(seed, depth=4)
         dy = np.random.default_rng(seed + 100).normal(size=x.shape)
@@ -669,20 +666,12 @@ WARMUP_PROBES = [
 # Every probe of the lab whose compute is the learner's function with its bug, by that function.
 # The block and stack probes are not: they run the oracle's blocks, whose norms are the library's
 # (forbidden to the learner), and tests/test_pre_post_ln_checks.py proves them one by one.
-PROBES = {
-    "scratch_layernorm": LAYERNORM_PROBES,
-    "scratch_layernorm_grads": GRAD_PROBES,
-    "scratch_rmsnorm": RMSNORM_PROBES,
-    "linear_warmup_lr": WARMUP_PROBES,
-}
+PROBES = probe_table(LAYERNORM, LAYERNORM_GRADS, RMSNORM, linear_warmup_lr=WARMUP_PROBES)
 
 
-@LAB.check(
-    "problem 1: linear_warmup_lr rises linearly, then stays at base_lr",
-    points=2,
-    uses=["linear_warmup_lr"],
-)
+@LAB.check(points=2, uses=["linear_warmup_lr"])
 def warmup(sub):
+    """problem 1: linear_warmup_lr rises linearly, then stays at base_lr"""
     for base_lr, warmup_steps in [(1e-3, 5), (0.5, 1), (3e-4, 50)]:
         steps = np.array(sorted({1, 2, 3, warmup_steps - 1, warmup_steps, warmup_steps + 1,
                                  2 * warmup_steps, 3 * warmup_steps + 7} - {0}))  # fmt: skip
@@ -721,12 +710,9 @@ def _fixes_right(answer) -> bool:
     return keys.matches(_letters(answer), MEASURED_FIXES)
 
 
-@LAB.check(
-    "problem 1: which single changes fixed the stalled Post-LN run",
-    points=1,
-    uses=["POSTLN_FIXES"],
-)
+@LAB.check(points=1, uses=["POSTLN_FIXES"])
 def fixes(sub):
+    """problem 1: which single changes fixed the stalled Post-LN run"""
     out = sub.get("POSTLN_FIXES")
     item = item_of(out, None, "POSTLN_FIXES")
     answer = item.array.item() if item.kind == "str" and item.array is not None else None

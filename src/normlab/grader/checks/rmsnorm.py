@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import F32, Args, Graded, gain, tensor64
+from normlab.grader.cases import F32, Args, Graded, gain, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="04_rmsnorm",
     title="RMSNorm",
-    forbidden={
-        "rmsnorm_forward": LIBRARY_NORMS,
-        "rmsnorm_backward": LIBRARY_NORMS + AUTOGRAD,
-        "layernorm_jacobian": LIBRARY_NORMS + AUTOGRAD,
-        "rmsnorm_jacobian": LIBRARY_NORMS + AUTOGRAD,
-    },
+    forbidden=from_scratch(
+        "rmsnorm_forward",
+        rmsnorm_backward=AUTOGRAD,
+        layernorm_jacobian=AUTOGRAD,
+        rmsnorm_jacobian=AUTOGRAD,
+    ),
 )
 
 EPS = 1e-6
@@ -382,15 +382,6 @@ RMS_JACOBIAN_PROBES = [
 ]
 
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "rmsnorm_forward": FORWARD_PROBES,
-    "rmsnorm_backward": BACKWARD_PROBES,
-    "layernorm_jacobian": LAYER_JACOBIAN_PROBES,
-    "rmsnorm_jacobian": RMS_JACOBIAN_PROBES,
-}
-
-
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -405,6 +396,13 @@ def rows_of_varied_size(rng, shape):
 FORWARD = Graded("rmsnorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES)
 BACKWARD = Graded(
     "rmsnorm_backward", oracle=oracle_backward, probes=BACKWARD_PROBES, items=("dx", "dgamma")
+)
+
+PROBES = probe_table(
+    FORWARD,
+    BACKWARD,
+    layernorm_jacobian=LAYER_JACOBIAN_PROBES,
+    rmsnorm_jacobian=RMS_JACOBIAN_PROBES,
 )
 JACOBIAN_HINT = (
     "Row i is output y_i, column j is input x_j; compare your matrix with the closed "
@@ -431,9 +429,9 @@ JACOBIANS = {
 # ----------------------------------------------------------------------------- forward checks
 
 
-@LAB.check("forward matches torch on random (N, d) inputs", points=2, uses=["rmsnorm_forward"])
-def forward_random(sub):
-    rng = np.random.default_rng(60)
+@LAB.check(points=2, uses=["rmsnorm_forward"], seed=60)
+def forward_random(sub, rng):
+    """forward matches torch on random (N, d) inputs"""
     for shape in [(8, 8), (6, 8), (1, 16)]:  # square first: exposes missing keepdims
         x = rows_of_varied_size(rng, shape)
         FORWARD.expect(sub, Args(x, gain(rng, shape[-1]), eps=EPS), what=f"x of shape {shape}")
@@ -442,9 +440,9 @@ def forward_random(sub):
     FORWARD.expect(sub, Args(x, gain(rng, 8), eps=1e-3), what="x of shape (6, 8), eps = 1e-3")
 
 
-@LAB.check("forward handles (B, L, d) and non-contiguous input", points=1, uses=["rmsnorm_forward"])
-def forward_3d(sub):
-    rng = np.random.default_rng(61)
+@LAB.check(points=1, uses=["rmsnorm_forward"], seed=61)
+def forward_3d(sub, rng):
+    """forward handles (B, L, d) and non-contiguous input"""
     gamma = gain(rng, 8)
     x = rows_of_varied_size(rng, (2, 3, 8))
     FORWARD.expect(sub, Args(x, gamma, eps=EPS), what="x of shape (2, 3, 8)")
@@ -456,9 +454,9 @@ def forward_3d(sub):
     )
 
 
-@LAB.check("forward stays finite as the RMS goes to 0", points=1, uses=["rmsnorm_forward"])
-def forward_small_rms(sub):
-    rng = np.random.default_rng(62)
+@LAB.check(points=1, uses=["rmsnorm_forward"], seed=62)
+def forward_small_rms(sub, rng):
+    """forward stays finite as the RMS goes to 0"""
     x = np.empty((4, 8))
     x[0] = 0.0  # a row of zeros: RMS exactly 0 without eps
     x[1] = 1e-4 * rng.normal(size=8)  # RMS ~1e-4, below sqrt(eps) = 1e-3
@@ -469,9 +467,9 @@ def forward_small_rms(sub):
     )
 
 
-@LAB.check("forward keeps float32 as float32", points=1, uses=["rmsnorm_forward"])
-def forward_float32(sub):
-    rng = np.random.default_rng(63)
+@LAB.check(points=1, uses=["rmsnorm_forward"], seed=63)
+def forward_float32(sub, rng):
+    """forward keeps float32 as float32"""
     x = (rng.normal(size=(6, 64)) * 3 + 1).astype(np.float32)
     FORWARD.expect(
         sub,
@@ -482,19 +480,17 @@ def forward_float32(sub):
     )
 
 
-@LAB.check("forward with d = 1 keeps the sign", points=1, uses=["rmsnorm_forward"])
-def forward_d1(sub):
-    rng = np.random.default_rng(64)
+@LAB.check(points=1, uses=["rmsnorm_forward"], seed=64)
+def forward_d1(sub, rng):
+    """forward with d = 1 keeps the sign"""
     x = rng.normal(size=(5, 1)) * 10
     x[0, 0] = 1e-3  # |x| ~ sqrt(eps): not exactly +-gamma
     FORWARD.expect(sub, Args(x, np.array([2.0]), eps=EPS), what="d = 1, x of shape (5, 1)")
 
 
-@LAB.check(
-    "forward output: mean square 1 per row, scale invariant", points=1, uses=["rmsnorm_forward"]
-)
-def forward_invariants(sub):
-    rng = np.random.default_rng(65)
+@LAB.check(points=1, uses=["rmsnorm_forward"], seed=65)
+def forward_invariants(sub, rng):
+    """forward output: mean square 1 per row, scale invariant"""
     x = rng.normal(size=(4, 32)) * 5 + 2
     ones = np.ones(32)
     out = sub.call("rmsnorm_forward", x, ones, eps=EPS)
@@ -520,9 +516,9 @@ def forward_invariants(sub):
 # ----------------------------------------------------------------------------- backward checks
 
 
-@LAB.check("backward: dx matches autograd", points=2, uses=["rmsnorm_backward"])
-def backward_dx(sub):
-    rng = np.random.default_rng(70)
+@LAB.check(points=2, uses=["rmsnorm_backward"], seed=70)
+def backward_dx(sub, rng):
+    """backward: dx matches autograd"""
     for shape in [(4, 6), (3, 16)]:
         x = rows_of_varied_size(rng, shape)
         x[0] = 0.0  # a row of zeros: the gradient is finite, dy * gamma / sqrt(eps)
@@ -535,21 +531,17 @@ def backward_dx(sub):
     BACKWARD.expect(sub, args, what="x of (4, 6), eps = 1e-3", indices=[0], x=x)
 
 
-@LAB.check("backward: dgamma matches autograd", points=1, uses=["rmsnorm_backward"])
-def backward_dgamma(sub):
-    rng = np.random.default_rng(71)
+@LAB.check(points=1, uses=["rmsnorm_backward"], seed=71)
+def backward_dgamma(sub, rng):
+    """backward: dgamma matches autograd"""
     x = rows_of_varied_size(rng, (5, 6))
     args = Args(rng.normal(size=(5, 6)), x, gain(rng, 6), eps=EPS)
     BACKWARD.expect(sub, args, what="x of shape (5, 6)", indices=[1], x=x)
 
 
-@LAB.check(
-    "backward on (B, L, d): both gradients right, dgamma of shape (d,)",
-    points=1,
-    uses=["rmsnorm_backward"],
-)
-def backward_3d(sub):
-    rng = np.random.default_rng(72)
+@LAB.check(points=1, uses=["rmsnorm_backward"], seed=72)
+def backward_3d(sub, rng):
+    """backward on (B, L, d): both gradients right, dgamma of shape (d,)"""
     x = rows_of_varied_size(rng, (2, 3, 5))
     dy = rng.normal(size=(2, 3, 5))
     BACKWARD.expect(sub, Args(dy, x, gain(rng, 5), eps=EPS), what="x of shape (2, 3, 5)", x=x)
@@ -575,31 +567,27 @@ def _jacobian_eps(sub, norm, seed):
     graded.expect(sub, Args(np.array([0.8]), np.array([1.7]), 0.25), what="d = 1, eps = 0.25")
 
 
-@LAB.check("problem 1: layernorm_jacobian matches autograd", points=2, uses=["layernorm_jacobian"])
+@LAB.check(points=2, uses=["layernorm_jacobian"])
 def problem_layernorm_jacobian(sub):
+    """problem 1: layernorm_jacobian matches autograd"""
     _jacobian_random(sub, "layer", 80)
 
 
-@LAB.check(
-    "problem 1: layernorm_jacobian with eps comparable to the variance, and d = 1",
-    points=1,
-    uses=["layernorm_jacobian"],
-)
+@LAB.check(points=1, uses=["layernorm_jacobian"])
 def problem_layernorm_jacobian_eps(sub):
+    """problem 1: layernorm_jacobian with eps comparable to the variance, and d = 1"""
     _jacobian_eps(sub, "layer", 81)
 
 
-@LAB.check("problem 1: rmsnorm_jacobian matches autograd", points=2, uses=["rmsnorm_jacobian"])
+@LAB.check(points=2, uses=["rmsnorm_jacobian"])
 def problem_rmsnorm_jacobian(sub):
+    """problem 1: rmsnorm_jacobian matches autograd"""
     _jacobian_random(sub, "rms", 82)
 
 
-@LAB.check(
-    "problem 1: rmsnorm_jacobian with eps comparable to the mean square, and d = 1",
-    points=1,
-    uses=["rmsnorm_jacobian"],
-)
+@LAB.check(points=1, uses=["rmsnorm_jacobian"])
 def problem_rmsnorm_jacobian_eps(sub):
+    """problem 1: rmsnorm_jacobian with eps comparable to the mean square, and d = 1"""
     _jacobian_eps(sub, "rms", 83)
 
 

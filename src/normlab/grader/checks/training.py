@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
-from normlab.grader.probes import Probe, array_of, expect_choice
+from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.probes import Probe, array_of, choice
 
 LAB = Lab(
     stem="08_training",
     title="Train with it",
-    forbidden={
-        "net_forward_backward": LIBRARY_NORMS + AUTOGRAD,
-        "net_sgd_step": LIBRARY_NORMS + AUTOGRAD,
-        "net_train": LIBRARY_NORMS + AUTOGRAD,
-        "net_predict": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "net_predict", net_forward_backward=AUTOGRAD, net_sgd_step=AUTOGRAD, net_train=AUTOGRAD
+    ),
 )
 
 EPS = 1e-5
@@ -379,14 +376,6 @@ PREDICT_PROBES = [
     ),
 ]
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "net_forward_backward": GRADS_PROBES,
-    "net_sgd_step": SGD_PROBES,
-    "net_train": TRAIN_PROBES,
-    "net_predict": PREDICT_PROBES,
-}
-
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -419,71 +408,55 @@ SGD = Graded("net_sgd_step", oracle=oracle_sgd_step, probes=SGD_PROBES, items=ST
 TRAIN = Graded("net_train", oracle=oracle_train, probes=TRAIN_PROBES, items=TRAIN_NAMES)
 PREDICT = Graded("net_predict", oracle=oracle_predict, probes=PREDICT_PROBES)
 
+PROBES = probe_table(GRADS, SGD, TRAIN, PREDICT)
+
 
 # ----------------------------------------------------------------------------- checks
 
 
-@LAB.check(
-    "a training step: loss and gradients match autograd, with BatchNorm",
-    points=3,
-    uses=["net_forward_backward"],
-)
-def grads_batchnorm(sub):
-    rng = np.random.default_rng(80)
+@LAB.check(points=3, uses=["net_forward_backward"], seed=80)
+def grads_batchnorm(sub, rng):
+    """a training step: loss and gradients match autograd, with BatchNorm"""
     for n in (24, 7):
         data = network(rng, n=n)
         GRADS.expect(sub, Args(*data, norm="batch"), what=f"norm='batch', a batch of {n}")
 
 
-@LAB.check(
-    "a training step: loss and gradients match autograd, with LayerNorm",
-    points=2,
-    uses=["net_forward_backward"],
-)
-def grads_layernorm(sub):
-    rng = np.random.default_rng(81)
+@LAB.check(points=2, uses=["net_forward_backward"], seed=81)
+def grads_layernorm(sub, rng):
+    """a training step: loss and gradients match autograd, with LayerNorm"""
     data = network(rng, n=10)
     GRADS.expect(sub, Args(*data, norm="layer"), what="norm='layer', a batch of 10")
 
 
-@LAB.check(
-    "a training step: loss and gradients match autograd, with GroupNorm",
-    points=2,
-    uses=["net_forward_backward"],
-)
-def grads_groupnorm(sub):
-    rng = np.random.default_rng(86)
+@LAB.check(points=2, uses=["net_forward_backward"], seed=86)
+def grads_groupnorm(sub, rng):
+    """a training step: loss and gradients match autograd, with GroupNorm"""
     for groups in (4, 2):
         data = network(rng, n=10)
         args = Args(*data, norm="group", groups=groups)
         GRADS.expect(sub, args, what=f"norm='group' with {groups} groups, a batch of 10")
 
 
-@LAB.check(
-    "a training step stays finite with large logits", points=1, uses=["net_forward_backward"]
-)
-def grads_large_logits(sub):
-    rng = np.random.default_rng(82)
+@LAB.check(points=1, uses=["net_forward_backward"], seed=82)
+def grads_large_logits(sub, rng):
+    """a training step stays finite with large logits"""
     *data, b2 = network(rng, n=12)
     # logits near 750: exp overflows there, while their differences (and the loss) stay small
     args = Args(*data, b2 + 750.0, norm="batch")
     GRADS.expect(sub, args, what="logits near 750 (b2 + 750), a batch of 12")
 
 
-@LAB.check("SGD with momentum: one step as torch.optim.SGD", points=1, uses=["net_sgd_step"])
-def sgd_step(sub):
-    rng = np.random.default_rng(83)
+@LAB.check(points=1, uses=["net_sgd_step"], seed=83)
+def sgd_step(sub, rng):
+    """SGD with momentum: one step as torch.optim.SGD"""
     param, grad, velocity = rng.normal(size=(3, 4, 5))
     SGD.expect(sub, Args(param, grad, velocity, 0.3, 0.9), what="lr = 0.3 and momentum = 0.9")
 
 
-@LAB.check(
-    "5 training steps: losses, running statistics and weights match PyTorch",
-    points=3,
-    uses=["net_train"],
-)
-def train_k_steps(sub):
-    rng = np.random.default_rng(84)
+@LAB.check(points=3, uses=["net_train"], seed=84)
+def train_k_steps(sub, rng):
+    """5 training steps: losses, running statistics and weights match PyTorch"""
     for lr, momentum, steps, batch_size in [(0.5, 0.9, 5, 6), (0.2, 0.5, 3, 8)]:
         data = network(rng, n=32)
         args = Args(*data, lr, momentum, steps, batch_size)
@@ -491,9 +464,9 @@ def train_k_steps(sub):
         TRAIN.expect(sub, args, what=what)
 
 
-@LAB.check("eval mode uses the running statistics, also at batch 1", points=2, uses=["net_predict"])
-def predict_eval(sub):
-    rng = np.random.default_rng(85)
+@LAB.check(points=2, uses=["net_predict"], seed=85)
+def predict_eval(sub, rng):
+    """eval mode uses the running statistics, also at batch 1"""
     x, _, W1, gamma, beta, W2, b2 = network(rng, n=9)
     running_mean = rng.normal(0, 1, W1.shape[1])
     running_var = rng.uniform(0.2, 3, W1.shape[1])
@@ -528,19 +501,15 @@ NET_SCALE_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 1: what BatchNorm's scale invariance does to a step (multiple choice)",
     points=1,
-    uses=["NET_SCALE_ANSWER"],
+    name="NET_SCALE_ANSWER",
+    key="b",
+    hint="Write L(c W1) = L(W1) and differentiate both sides with respect to W1.",
+    why=NET_SCALE_WHY,
 )
-def problem_scale(sub):
-    expect_choice(
-        sub.get("NET_SCALE_ANSWER"),
-        "b",
-        what="NET_SCALE_ANSWER",
-        hint="Write L(c W1) = L(W1) and differentiate both sides with respect to W1.",
-        why=NET_SCALE_WHY,
-    )
 
 
 NET_BATCH1_WHY = {
@@ -559,16 +528,12 @@ NET_BATCH1_WHY = {
 }
 
 
-@LAB.check(
+choice(
+    LAB,
     "problem 2: test-batch statistics with a batch of one (multiple choice)",
     points=1,
-    uses=["NET_BATCH1_ANSWER"],
+    name="NET_BATCH1_ANSWER",
+    key="b",
+    hint="Compute the mean and the variance of one number, then normalize it.",
+    why=NET_BATCH1_WHY,
 )
-def problem_batch1(sub):
-    expect_choice(
-        sub.get("NET_BATCH1_ANSWER"),
-        "b",
-        what="NET_BATCH1_ANSWER",
-        hint="Compute the mean and the variance of one number, then normalize it.",
-        why=NET_BATCH1_WHY,
-    )

@@ -31,14 +31,14 @@ from __future__ import annotations
 import numpy as np
 
 from normlab.grader.core import AsTorch, CheckFailed, Lab
-from normlab.grader.forbidden import LIBRARY_NORMS
+from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, choice, expect_value, item_of
 
 LAB = Lab(
     stem="11_triton_kernels",
     title="11. A fused norm as a GPU kernel (Triton), graded on a CPU",
     torch=True,  # the kernels' wrappers take and return tensors: the sandbox does not hide it
-    forbidden={"tri_call": LIBRARY_NORMS},
+    forbidden=from_scratch("tri_call"),
     # The interpreter runs each program instance in NumPy, and the first launch of each kernel
     # traces it: a few CPU seconds on a busy machine.
     call_timeouts={"tri_call": 60.0},
@@ -393,42 +393,32 @@ def _forward(sub, kind, m, n, dtype, seed, offset=0.0):
     _check_rows(got_y, y, what, "y", tol, hints)
 
 
-@LAB.check(
-    "RMSNorm forward kernel, float32, widths 1, 7, 100, 257", 2, ["tri_rmsnorm_forward", "tri_call"]
-)
+@LAB.check(points=2, uses=["tri_rmsnorm_forward", "tri_call"])
 def rms_forward_f32(sub):
+    """RMSNorm forward kernel, float32, widths 1, 7, 100, 257"""
     for i, n in enumerate(WIDTHS):
         for m in ROWS:
             _forward(sub, "rms", m, n, "float32", 10 * i + m)
 
 
-@LAB.check(
-    "RMSNorm forward kernel, bfloat16 input, float32 statistics",
-    1,
-    ["tri_rmsnorm_forward", "tri_call"],
-)
+@LAB.check(points=1, uses=["tri_rmsnorm_forward", "tri_call"])
 def rms_forward_bf16(sub):
+    """RMSNorm forward kernel, bfloat16 input, float32 statistics"""
     for i, n in enumerate((7, 257)):
         _forward(sub, "rms", 5, n, "bfloat16", 100 + i)
 
 
-@LAB.check(
-    "LayerNorm forward kernel, float32, widths 1, 7, 100, 257",
-    2,
-    ["tri_layernorm_forward", "tri_call"],
-)
+@LAB.check(points=2, uses=["tri_layernorm_forward", "tri_call"])
 def ln_forward_f32(sub):
+    """LayerNorm forward kernel, float32, widths 1, 7, 100, 257"""
     for i, n in enumerate(WIDTHS):
         for m in ROWS:
             _forward(sub, "ln", m, n, "float32", 20 * i + m)
 
 
-@LAB.check(
-    "LayerNorm forward kernel, rows far from 0 (mean 300 x std)",
-    1,
-    ["tri_layernorm_forward", "tri_call"],
-)
+@LAB.check(points=1, uses=["tri_layernorm_forward", "tri_call"])
 def ln_forward_offset(sub):
+    """LayerNorm forward kernel, rows far from 0 (mean 300 x std)"""
     # rows 0-2 centred near 0, rows 3-5 with a mean of 300: E[x^2] - E[x]^2 in float32 loses
     # log2(300^2) ~ 16 of float32's 24 bits there, far outside F32_TOL.
     x = np.concatenate([rows(3, 100, 7), rows(3, 100, 8, offset=300.0)])
@@ -454,12 +444,9 @@ def ln_forward_offset(sub):
     _check_rows(_array(out, 0, what, (6, 100), "y"), y, what, "y", F32_TOL, [])
 
 
-@LAB.check(
-    "LayerNorm forward kernel, bfloat16 input, float32 statistics",
-    1,
-    ["tri_layernorm_forward", "tri_call"],
-)
+@LAB.check(points=1, uses=["tri_layernorm_forward", "tri_call"])
 def ln_forward_bf16(sub):
+    """LayerNorm forward kernel, bfloat16 input, float32 statistics"""
     for i, n in enumerate((7, 257)):
         _forward(sub, "ln", 5, n, "bfloat16", 200 + i)
 
@@ -539,35 +526,31 @@ def _backward(sub, kind, m, n, dtype, seed):
         _check_rows(got, right, what, label, tol, hints)
 
 
-@LAB.check(
-    "RMSNorm backward kernels: dx per row, dweight by partial sums (float32)",
-    2,
-    ["tri_rmsnorm_backward", "tri_call"],
-)
+@LAB.check(points=2, uses=["tri_rmsnorm_backward", "tri_call"])
 def rms_backward_f32(sub):
+    """RMSNorm backward kernels: dx per row, dweight by partial sums (float32)"""
     for i, n in enumerate((1, 7, 257)):
         _backward(sub, "rms", 1, n, "float32", 300 + i)
         _backward(sub, "rms", BWD_ROWS, n, "float32", 310 + i)
 
 
-@LAB.check("RMSNorm backward kernels, bfloat16 input", 1, ["tri_rmsnorm_backward", "tri_call"])
+@LAB.check(points=1, uses=["tri_rmsnorm_backward", "tri_call"])
 def rms_backward_bf16(sub):
+    """RMSNorm backward kernels, bfloat16 input"""
     _backward(sub, "rms", BWD_ROWS, 100, "bfloat16", 320)
 
 
-@LAB.check(
-    "LayerNorm backward kernels: dx per row, dweight and dbias by partial sums (float32)",
-    2,
-    ["tri_layernorm_backward", "tri_call"],
-)
+@LAB.check(points=2, uses=["tri_layernorm_backward", "tri_call"])
 def ln_backward_f32(sub):
+    """LayerNorm backward kernels: dx per row, dweight and dbias by partial sums (float32)"""
     for i, n in enumerate((1, 7, 257)):
         _backward(sub, "ln", 1, n, "float32", 400 + i)
         _backward(sub, "ln", BWD_ROWS, n, "float32", 410 + i)
 
 
-@LAB.check("LayerNorm backward kernels, bfloat16 input", 1, ["tri_layernorm_backward", "tri_call"])
+@LAB.check(points=1, uses=["tri_layernorm_backward", "tri_call"])
 def ln_backward_bf16(sub):
+    """LayerNorm backward kernels, bfloat16 input"""
     _backward(sub, "ln", BWD_ROWS, 100, "bfloat16", 420)
 
 
@@ -615,15 +598,15 @@ def _autograd(sub, kind):
         _check_rows(got, right, what, label, F32_TOL if label == "y" else GRAD_TOL, [])
 
 
-@LAB.check("TriRMSNorm: an autograd.Function over the two kernels", 1, ["TriRMSNorm", "tri_call"])
+@LAB.check(points=1, uses=["TriRMSNorm", "tri_call"])
 def rms_autograd(sub):
+    """TriRMSNorm: an autograd.Function over the two kernels"""
     _autograd(sub, "rms")
 
 
-@LAB.check(
-    "TriLayerNorm: an autograd.Function over the two kernels", 1, ["TriLayerNorm", "tri_call"]
-)
+@LAB.check(points=1, uses=["TriLayerNorm", "tri_call"])
 def ln_autograd(sub):
+    """TriLayerNorm: an autograd.Function over the two kernels"""
     _autograd(sub, "ln")
 
 

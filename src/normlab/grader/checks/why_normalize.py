@@ -25,21 +25,21 @@ import functools
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, tensor64
+from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import CheckFailed, Lab
-from normlab.grader.forbidden import AUTOGRAD, LIBRARY_NORMS
+from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="01_why_normalize",
     title="Why normalize",
-    forbidden={
-        "standardize": LIBRARY_NORMS,
-        "mlp_forward_stats": LIBRARY_NORMS,
-        "mlp_backward_grad_norms": LIBRARY_NORMS + AUTOGRAD,
-        "scale_with_train_stats": LIBRARY_NORMS,
-    },
+    forbidden=from_scratch(
+        "standardize",
+        "mlp_forward_stats",
+        "scale_with_train_stats",
+        mlp_backward_grad_norms=AUTOGRAD,
+    ),
 )
 
 EPS = 1e-5
@@ -475,9 +475,9 @@ STANDARDIZE = Graded(
 )
 
 
-@LAB.check("standardize over the last axis matches torch", points=2, uses=["standardize"])
-def standardize_last_axis(sub):
-    rng = np.random.default_rng(100)
+@LAB.check(points=2, uses=["standardize"], seed=100)
+def standardize_last_axis(sub, rng):
+    """standardize over the last axis matches torch"""
     for shape in [(6, 6), (5, 9), (1, 12)]:  # square first: exposes missing keepdims
         x = rows_with_varied_scale(rng, shape)
         STANDARDIZE.expect(sub, Args(x, axis=-1, eps=EPS), what=f"x of shape {shape}, axis=-1")
@@ -487,20 +487,18 @@ def standardize_last_axis(sub):
     STANDARDIZE.expect(sub, Args(x, axis=-1, eps=1e-3), what=what)
 
 
-@LAB.check(
-    "standardize over axis 0 and over the middle of a 3-D input", points=1, uses=["standardize"]
-)
-def standardize_other_axes(sub):
-    rng = np.random.default_rng(101)
+@LAB.check(points=1, uses=["standardize"], seed=101)
+def standardize_other_axes(sub, rng):
+    """standardize over axis 0 and over the middle of a 3-D input"""
     x = rows_with_varied_scale(rng, (9, 4), axis=0)
     STANDARDIZE.expect(sub, Args(x, axis=0, eps=EPS), what="x of shape (9, 4), axis=0")
     x = rows_with_varied_scale(rng, (2, 7, 3), axis=1)
     STANDARDIZE.expect(sub, Args(x, axis=1, eps=EPS), what="x of shape (2, 7, 3), axis=1")
 
 
-@LAB.check("standardize stays finite as the variance goes to 0", points=1, uses=["standardize"])
-def standardize_small_variance(sub):
-    rng = np.random.default_rng(102)
+@LAB.check(points=1, uses=["standardize"], seed=102)
+def standardize_small_variance(sub, rng):
+    """standardize stays finite as the variance goes to 0"""
     x = np.empty((4, 8))
     x[0] = 2.5  # a constant row: variance exactly 0
     x[1] = 1.0 + 1e-4 * rng.normal(size=8)  # variance ~1e-8, far below eps
@@ -509,9 +507,9 @@ def standardize_small_variance(sub):
     STANDARDIZE.expect(sub, Args(x, axis=-1, eps=EPS), what="rows with variance 0, 1e-8 and 1e-5")
 
 
-@LAB.check("standardize keeps float32 and gives mean 0, variance 1", points=1, uses=["standardize"])
-def standardize_float32_invariants(sub):
-    rng = np.random.default_rng(103)
+@LAB.check(points=1, uses=["standardize"], seed=103)
+def standardize_float32_invariants(sub, rng):
+    """standardize keeps float32 and gives mean 0, variance 1"""
     x = (rng.normal(size=(16, 32)) * 4 + 3).astype(np.float32)
     what = "float32 x of shape (16, 32)"
     STANDARDIZE.expect(sub, Args(x, axis=-1, eps=EPS), what=what, tol=F32_LOOSE, dtype=np.float32)
@@ -531,13 +529,9 @@ FORWARD = Graded(
 )
 
 
-@LAB.check(
-    "forward stds match torch for linear, tanh and ReLU layers",
-    points=2,
-    uses=["mlp_forward_stats"],
-)
-def forward_stats_random(sub):
-    rng = np.random.default_rng(110)
+@LAB.check(points=2, uses=["mlp_forward_stats"], seed=110)
+def forward_stats_random(sub, rng):
+    """forward stds match torch for linear, tanh and ReLU layers"""
     for activation, gain in [("tanh", 1.3), ("relu", 1.1), ("linear", 0.8)]:
         x = rng.normal(size=(6, 8)) + 0.5
         weights = random_weights(rng, 5, 8, gain)
@@ -545,13 +539,9 @@ def forward_stats_random(sub):
         FORWARD.expect(sub, Args(x, weights, activation, normalize=False), what=what)
 
 
-@LAB.check(
-    "forward stds of a 20-layer net with gain 1.5 and 0.9",
-    points=1,
-    uses=["mlp_forward_stats"],
-)
-def forward_stats_deep(sub):
-    rng = np.random.default_rng(111)
+@LAB.check(points=1, uses=["mlp_forward_stats"], seed=111)
+def forward_stats_deep(sub, rng):
+    """forward stds of a 20-layer net with gain 1.5 and 0.9"""
     for activation, gain in [("linear", 1.5), ("tanh", 0.9), ("relu", 0.9)]:
         x = rng.normal(size=(10, 16))
         weights = random_weights(rng, 20, 16, gain)
@@ -559,13 +549,9 @@ def forward_stats_deep(sub):
         FORWARD.expect(sub, Args(x, weights, activation, normalize=False), what=what)
 
 
-@LAB.check(
-    "forward stds of a single layer and of a batch of one",
-    points=1,
-    uses=["mlp_forward_stats"],
-)
-def forward_stats_edges(sub):
-    rng = np.random.default_rng(112)
+@LAB.check(points=1, uses=["mlp_forward_stats"], seed=112)
+def forward_stats_edges(sub, rng):
+    """forward stds of a single layer and of a batch of one"""
     x = rng.normal(size=(7, 5))
     args = Args(x, random_weights(rng, 1, 5, 1.2), "tanh", normalize=False)
     FORWARD.expect(sub, args, what="a single tanh layer")
@@ -574,13 +560,9 @@ def forward_stats_edges(sub):
     FORWARD.expect(sub, args, what="batch of one, 4 ReLU layers")
 
 
-@LAB.check(
-    "forward stds with standardize after every layer",
-    points=2,
-    uses=["mlp_forward_stats"],
-)
-def forward_stats_normalized(sub):
-    rng = np.random.default_rng(113)
+@LAB.check(points=2, uses=["mlp_forward_stats"], seed=113)
+def forward_stats_normalized(sub, rng):
+    """forward stds with standardize after every layer"""
     for activation, gain, shape in [
         ("tanh", 1.5, (8, 8)),
         ("relu", 0.9, (6, 10)),
@@ -620,31 +602,21 @@ def _expect_backward(sub, seed, index):
         BACKWARD.expect(sub, args, what=f"{activation}, 5 layers", indices=[index])
 
 
-@LAB.check(
-    "backward: gradient norms at each layer's input match autograd",
-    points=2,
-    uses=["mlp_backward_grad_norms"],
-)
+@LAB.check(points=2, uses=["mlp_backward_grad_norms"])
 def backward_input_norms(sub):
+    """backward: gradient norms at each layer's input match autograd"""
     _expect_backward(sub, 120, 0)
 
 
-@LAB.check(
-    "backward: weight-gradient norms match autograd",
-    points=1,
-    uses=["mlp_backward_grad_norms"],
-)
+@LAB.check(points=1, uses=["mlp_backward_grad_norms"])
 def backward_weight_norms(sub):
+    """backward: weight-gradient norms match autograd"""
     _expect_backward(sub, 121, 1)
 
 
-@LAB.check(
-    "backward: a 20-layer net and a single layer",
-    points=1,
-    uses=["mlp_backward_grad_norms"],
-)
-def backward_deep_and_single(sub):
-    rng = np.random.default_rng(122)
+@LAB.check(points=1, uses=["mlp_backward_grad_norms"], seed=122)
+def backward_deep_and_single(sub, rng):
+    """backward: a 20-layer net and a single layer"""
     x = rng.normal(size=(10, 16))
     weights = random_weights(rng, 20, 16, 1.5)
     upstream = rng.normal(size=(10, 16))
@@ -767,12 +739,9 @@ INIT_STD = Graded(
 )
 
 
-@LAB.check(
-    "problem 2: init_std keeps the activation scale constant",
-    points=1,
-    uses=["init_std"],
-)
+@LAB.check(points=1, uses=["init_std"])
 def problem_init_std(sub):
+    """problem 2: init_std keeps the activation scale constant"""
     for fan_in, activation in [(256, "relu"), (256, "linear"), (1000, "relu"), (64, "linear")]:
         INIT_STD.expect(
             sub,
@@ -837,23 +806,12 @@ FEATURE_SCALING = Graded(
     tol=F64_TIGHT,
 )
 
-# Every probe of the lab, by the learner's function whose arguments its compute takes.
-PROBES = {
-    "standardize": STANDARDIZE_PROBES,
-    "mlp_forward_stats": FORWARD_PROBES,
-    "mlp_backward_grad_norms": BACKWARD_PROBES,
-    "init_std": INIT_PROBES,
-    "scale_with_train_stats": FEATURE_SCALING_PROBES,
-}
+PROBES = probe_table(STANDARDIZE, FORWARD, BACKWARD, INIT_STD, FEATURE_SCALING)
 
 
-@LAB.check(
-    "problem 3: scale_with_train_stats uses the training statistics",
-    points=2,
-    uses=["scale_with_train_stats"],
-)
-def problem_feature_scaling(sub):
-    rng = np.random.default_rng(130)
+@LAB.check(points=2, uses=["scale_with_train_stats"], seed=130)
+def problem_feature_scaling(sub, rng):
+    """problem 3: scale_with_train_stats uses the training statistics"""
     scales = np.array([1.0, 1000.0, 0.01, 5.0])
     offsets = np.array([0.0, 5000.0, -0.2, 3.0])
     train = rng.normal(size=(40, 4)) * scales + offsets
