@@ -146,3 +146,26 @@ def test_float32_and_a_slip_together_name_both():
         candidates=evaluate(probes + [Probe("same", "Same.", right)], x, 1e-3),
     )
     assert "Same." not in message and "Why: precision, not the formula" in message
+
+
+def test_norm_dx_and_affine_grads_are_layernorms_gradients_and_each_slip_differs():
+    import torch
+
+    from normlab.grader.probes import affine_grads, norm_dx
+
+    rng = np.random.default_rng(5)
+    x, dy, gamma = rng.normal(size=(4, 6)), rng.normal(size=(4, 6)), rng.normal(size=6)
+    eps = 1e-5
+    xt, gt = torch.tensor(x, requires_grad=True), torch.tensor(gamma, requires_grad=True)
+    bt = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.layer_norm(xt, (6,), gt, bt, eps).backward(torch.tensor(dy))
+    inv_std = 1 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
+    x_hat = (x - x.mean(axis=-1, keepdims=True)) * inv_std
+    g = dy * gamma
+    dx, dgamma, dbeta = affine_grads(norm_dx(g, x_hat, inv_std, -1), dy, x_hat, 0)
+    for got, right in [(dx, xt.grad), (dgamma, gt.grad), (dbeta, bt.grad)]:
+        np.testing.assert_allclose(got, right.numpy(), rtol=1e-10, atol=1e-12)
+    for slip in [{"mean_term": False}, {"var_term": False}]:
+        assert not np.allclose(norm_dx(g, x_hat, inv_std, -1, **slip), dx, rtol=1e-3)
+    swapped = affine_grads(dx, dy, x_hat, 0, swap=True)
+    assert swapped[1] is not None and np.array_equal(swapped[1], dbeta)

@@ -117,6 +117,34 @@ def both(first: Probe, second: Probe, compute: Callable[..., object]) -> Probe:
     )
 
 
+def norm_dx(g, x_hat, inv_std, axis, *, mean_term: bool = True, var_term: bool = True):
+    """dx of a mean-and-variance norm, ``inv_std * (g - mean(g) - x_hat * mean(g * x_hat))``
+    over ``axis``, where ``g = dy * gamma``; the backward probes of labs 02, 03 and 05 drop a
+    term (``mean_term=False``: the mean treated as a constant; ``var_term=False``: the
+    variance)."""
+    dx = g
+    if mean_term:
+        dx = dx - g.mean(axis=axis, keepdims=True)
+    if var_term:
+        dx = dx - x_hat * (g * x_hat).mean(axis=axis, keepdims=True)
+    return dx * inv_std
+
+
+def grads_in_order(dx, dgamma, dbeta, swap: bool = False) -> tuple:
+    """A backward pass's ``(dx, dgamma, dbeta)``, or with ``swap`` the two parameter gradients
+    returned the wrong way round."""
+    return (dx, dbeta, dgamma) if swap else (dx, dgamma, dbeta)
+
+
+def affine_grads(dx, dy, x_hat, axes, swap: bool = False) -> tuple:
+    """``(dx, dgamma, dbeta)`` with ``dgamma = sum(dy * x_hat)`` and ``dbeta = sum(dy)`` over
+    ``axes`` (a probe passes another ``x_hat`` or ``axes`` for its slip), as ``grads_in_order``
+    returns them."""
+    dgamma = (dy * x_hat).sum(axis=axes)
+    dbeta = dy.sum(axis=axes)
+    return grads_in_order(dx, dgamma, dbeta, swap)
+
+
 def _close(got: np.ndarray, target: np.ndarray, rtol: float, atol: float) -> bool:
     if got.shape != target.shape:
         return False

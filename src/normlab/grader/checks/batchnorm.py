@@ -24,7 +24,16 @@ import numpy as np
 from normlab.grader.cases import F64, Args, Graded, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Item, Lab, Output
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
-from normlab.grader.probes import Probe, both, choice, eps_ignored, evaluate, expect_array
+from normlab.grader.probes import (
+    Probe,
+    both,
+    choice,
+    eps_ignored,
+    evaluate,
+    expect_array,
+    grads_in_order,
+    norm_dx,
+)
 
 LAB = Lab(
     stem="02_batchnorm",
@@ -349,12 +358,7 @@ def _backward_variant(
         inv_std = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=stat_axes, keepdims=True) + eps)
         x_hat = (x - mean) * inv_std
         g = dy * per_channel(gamma, x) if use_gamma else dy
-        dx = g
-        if mean_term:
-            dx = dx - g.mean(axis=stat_axes, keepdims=True)
-        if var_term:
-            dx = dx - x_hat * (g * x_hat).mean(axis=stat_axes, keepdims=True)
-        dx = dx * inv_std
+        dx = norm_dx(g, x_hat, inv_std, stat_axes, mean_term=mean_term, var_term=var_term)
         if param_axes == "none":
             dgamma, dbeta = dy * x_hat, dy
         else:
@@ -363,7 +367,7 @@ def _backward_variant(
                 raise ValueError("only differs on (B, C, H, W)")
             dgamma = (dy * x_hat).sum(axis=sum_axes, keepdims=keepdims)
             dbeta = dy.sum(axis=sum_axes, keepdims=keepdims)
-        return (dx, dbeta, dgamma) if swap else (dx, dgamma, dbeta)
+        return grads_in_order(dx, dgamma, dbeta, swap)
 
     return backward
 
@@ -457,12 +461,8 @@ def params(rng, channels, dtype=np.float64):
     return tuple(v.astype(dtype) for v in (gamma, beta, running_mean, running_var))
 
 
-FORWARD = Graded(
-    "batchnorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES, items=FORWARD_NAMES
-)
-BACKWARD = Graded(
-    "batchnorm_backward", oracle=oracle_backward, probes=BACKWARD_PROBES, items=BACKWARD_NAMES
-)
+FORWARD = Graded("batchnorm_forward", oracle_forward, FORWARD_PROBES, items=FORWARD_NAMES)
+BACKWARD = Graded("batchnorm_backward", oracle_backward, BACKWARD_PROBES, items=BACKWARD_NAMES)
 
 
 def train_step(x, state, momentum=0.1, eps=EPS):
@@ -762,7 +762,7 @@ def oracle_eval_affine(gamma, beta, running_mean, running_var, eps=EPS):
 
 
 EVAL_AFFINE = Graded(
-    "eval_affine", oracle=oracle_eval_affine, probes=EVAL_AFFINE_PROBES, items=("scale", "shift")
+    "eval_affine", oracle_eval_affine, EVAL_AFFINE_PROBES, items=("scale", "shift")
 )
 
 
@@ -860,7 +860,7 @@ def oracle_one_step(x, momentum):
     return module.running_var.numpy()
 
 
-ONE_STEP = Graded("running_var_after_one_step", oracle=oracle_one_step, probes=ONE_STEP_PROBES)
+ONE_STEP = Graded("running_var_after_one_step", oracle_one_step, ONE_STEP_PROBES)
 
 PROBES = probe_table(FORWARD, BACKWARD, EVAL_AFFINE, ONE_STEP)
 

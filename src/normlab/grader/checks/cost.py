@@ -435,12 +435,12 @@ def rows(rng, shape, offset_scale=2.0):
 params = affine_params  # (gamma, beta) of shape (d,)
 
 TWO_PASS = {
-    "rmsnorm": Graded("rmsnorm_two_pass", oracle=oracle_rms, probes=RMS_PROBES),
-    "layernorm": Graded("layernorm_two_pass", oracle=oracle_layer, probes=LAYER_PROBES),
+    "rmsnorm": Graded("rmsnorm_two_pass", oracle_rms, RMS_PROBES),
+    "layernorm": Graded("layernorm_two_pass", oracle_layer, LAYER_PROBES),
 }
 FUSED = {
-    "rmsnorm": Graded("rmsnorm_fused", oracle=oracle_rms, probes=RMS_PROBES),
-    "layernorm": Graded("layernorm_fused", oracle=oracle_layer, probes=FUSED_LAYER_PROBES),
+    "rmsnorm": Graded("rmsnorm_fused", oracle_rms, RMS_PROBES),
+    "layernorm": Graded("layernorm_fused", oracle_layer, FUSED_LAYER_PROBES),
 }
 # Every probe of the lab, by the learner's function whose arguments its compute takes.
 PROBES = {

@@ -29,7 +29,7 @@ import numpy as np
 from normlab.grader.cases import Args, Graded, affine_params, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
-from normlab.grader.probes import Probe, choice, eps_ignored
+from normlab.grader.probes import Probe, affine_grads, choice, eps_ignored, norm_dx
 
 LAB = Lab(
     stem="05_group_instance",
@@ -397,17 +397,10 @@ def _group_backward_variant(
         x_hat = (grouped - mean) * inv_std
         gamma = np.asarray(gamma, np.float64)
         g = (dy * gamma.reshape(_channel_shape(x)) if use_gamma else dy).reshape(n, groups, -1)
-        dx = g
-        if mean_term:
-            dx = dx - g.mean(axis=2, keepdims=True)
-        if var_term:
-            dx = dx - x_hat * (g * x_hat).mean(axis=2, keepdims=True)
-        dx = (dx * inv_std).reshape(x.shape)
+        dx = norm_dx(g, x_hat, inv_std, 2, mean_term=mean_term, var_term=var_term).reshape(x.shape)
         right_x_hat = _grouped_normalize(x, num_groups, eps)
         axes = {"not channels": (0,) + tuple(range(2, x.ndim)), "batch": (0,)}[param_axes]
-        dgamma = (dy * (x if dgamma_from_x else right_x_hat)).sum(axis=axes)
-        dbeta = dy.sum(axis=axes)
-        return (dx, dbeta, dgamma) if swap else (dx, dgamma, dbeta)
+        return affine_grads(dx, dy, x if dgamma_from_x else right_x_hat, axes, swap)
 
     return compute
 
@@ -696,24 +689,20 @@ def images(rng, shape, spread=True):
 channel_params = affine_params  # (gamma, beta), one entry per channel
 
 ERRORS = {"could not be broadcast": BROADCAST_HINT}
-NORMALIZE = Graded(
-    "normalize_over", oracle=oracle_normalize, probes=NORMALIZE_PROBES, errors=ERRORS
-)
-GROUP = Graded(
-    "group_norm_forward", oracle=oracle_group_norm, probes=GROUP_NORM_PROBES, errors=ERRORS
-)
+NORMALIZE = Graded("normalize_over", oracle_normalize, NORMALIZE_PROBES, errors=ERRORS)
+GROUP = Graded("group_norm_forward", oracle_group_norm, GROUP_NORM_PROBES, errors=ERRORS)
 GROUP_BACKWARD = Graded(
     "group_norm_backward",
-    oracle=oracle_group_norm_backward,
-    probes=GROUP_BACKWARD_PROBES,
+    oracle_group_norm_backward,
+    GROUP_BACKWARD_PROBES,
     items=("dx", "dgamma", "dbeta"),
     errors=ERRORS,
 )
-DYT = Graded("dyt_forward", oracle=oracle_dyt, probes=DYT_PROBES)
+DYT = Graded("dyt_forward", oracle_dyt, DYT_PROBES)
 DYT_BACKWARD = Graded(
     "dyt_backward",
-    oracle=oracle_dyt_backward,
-    probes=DYT_BACKWARD_PROBES,
+    oracle_dyt_backward,
+    DYT_BACKWARD_PROBES,
     items=("dx", "dalpha", "dgamma", "dbeta"),
     options={"kinds": ("ndarray", "scalar")},
 )
@@ -1151,8 +1140,8 @@ choice(
 
 STAT_GRADS = Graded(
     "group_stat_grads",
-    oracle=oracle_group_stat_grads,
-    probes=STAT_GRADS_PROBES,
+    oracle_group_stat_grads,
+    STAT_GRADS_PROBES,
     items=("dmean", "dvar"),
     errors=ERRORS,
 )

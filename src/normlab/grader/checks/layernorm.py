@@ -29,7 +29,15 @@ from normlab.grader.cases import (
 )
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
-from normlab.grader.probes import Probe, array_of, both, choice, eps_ignored
+from normlab.grader.probes import (
+    Probe,
+    affine_grads,
+    array_of,
+    both,
+    choice,
+    eps_ignored,
+    norm_dx,
+)
 
 LAB = Lab(
     stem="03_layernorm",
@@ -187,17 +195,10 @@ def _backward_variant(
         inv_std = 1.0 / np.sqrt(var + eps)
         xhat = (x - mean) * inv_std
         g = dy * gamma if use_gamma else dy
-        dx = g
-        if mean_term:
-            dx = dx - g.mean(axis=-1, keepdims=True)
-        if var_term:
-            dx = dx - xhat * (g * xhat).mean(axis=-1, keepdims=True)
-        dx = dx * inv_std
+        dx = norm_dx(g, xhat, inv_std, -1, mean_term=mean_term, var_term=var_term)
         lead = tuple(range(x.ndim - 1))
         axes = {"leading": lead, "last": -1, "first": 0}[dgamma_axes]
-        dgamma = (dy * (x if dgamma_from_x else xhat)).sum(axis=axes)
-        dbeta = dy.sum(axis=axes)
-        return (dx, dbeta, dgamma) if swap else (dx, dgamma, dbeta)
+        return affine_grads(dx, dy, x if dgamma_from_x else xhat, axes, swap)
 
     return backward
 
@@ -270,12 +271,9 @@ BACKWARD_PROBES = [
 # ----------------------------------------------------------------------------- inputs
 
 
-FORWARD = Graded("layernorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES)
+FORWARD = Graded("layernorm_forward", oracle_forward, FORWARD_PROBES)
 BACKWARD = Graded(
-    "layernorm_backward",
-    oracle=oracle_backward,
-    probes=BACKWARD_PROBES,
-    items=("dx", "dgamma", "dbeta"),
+    "layernorm_backward", oracle_backward, BACKWARD_PROBES, items=("dx", "dgamma", "dbeta")
 )
 
 
@@ -467,7 +465,7 @@ def oracle_d1_output(x, gamma, beta):
     return F.layer_norm(tensor64(x), (1,), tensor64(gamma), tensor64(beta), EPS).numpy()
 
 
-D1 = Graded("d1_output", oracle=oracle_d1_output, probes=D1_PROBES)
+D1 = Graded("d1_output", oracle_d1_output, D1_PROBES)
 D1_HINT = "With one feature the mean is the feature itself."
 
 
@@ -556,7 +554,7 @@ def oracle_d2_xhat(x, eps):
     return oracle_forward(x, np.ones(2), np.zeros(2), eps)
 
 
-D2 = Graded("d2_xhat", oracle=oracle_d2_xhat, probes=D2_PROBES)
+D2 = Graded("d2_xhat", oracle_d2_xhat, D2_PROBES)
 
 PROBES = probe_table(FORWARD, BACKWARD, D1, D2)
 

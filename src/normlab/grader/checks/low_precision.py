@@ -476,29 +476,23 @@ def affine16(rng, d):
     return gamma, beta
 
 
-BFLOAT16 = Graded("lowp_to_bfloat16", oracle=oracle_to_bfloat16, probes=BFLOAT16_PROBES, tol=EXACT)
+BFLOAT16 = Graded("lowp_to_bfloat16", oracle_to_bfloat16, BFLOAT16_PROBES, tol=EXACT)
 LAYERNORM = Graded(
-    "lowp_layernorm",
-    oracle=oracle_layernorm,
-    probes=LAYERNORM_PROBES,
-    tol=F16,
-    options={"hint": LAYERNORM_HINT},
+    "lowp_layernorm", oracle_layernorm, LAYERNORM_PROBES, tol=F16, options={"hint": LAYERNORM_HINT}
 )
-RMSNORM = Graded("lowp_rmsnorm", oracle=oracle_rmsnorm, probes=RMSNORM_PROBES, tol=F16)
-RMSNORM_BF16 = Graded(
-    "lowp_rmsnorm_bf16", oracle=oracle_rmsnorm, probes=RMSNORM_BF16_PROBES, tol=BF16_ONCE
-)
+RMSNORM = Graded("lowp_rmsnorm", oracle_rmsnorm, RMSNORM_PROBES, tol=F16)
+RMSNORM_BF16 = Graded("lowp_rmsnorm_bf16", oracle_rmsnorm, RMSNORM_BF16_PROBES, tol=BF16_ONCE)
 LAYERNORM_BF16 = Graded(
     "lowp_layernorm_bf16",
-    oracle=oracle_layernorm,
-    probes=LAYERNORM_BF16_PROBES,
+    oracle_layernorm,
+    LAYERNORM_BF16_PROBES,
     tol=BF16_LN,
     options={"hint": LAYERNORM_BF16_HINT},
 )
 MERGE_FN = Graded(
     "lowp_merge",
-    oracle=oracle_merge,
-    probes=MERGE_PROBES,
+    oracle_merge,
+    MERGE_PROBES,
     items=("mean", "m2"),
     tol=MERGE,
     options={"hint": MERGE_HINT},

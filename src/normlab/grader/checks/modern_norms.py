@@ -448,12 +448,7 @@ def float32_args(*args, **kwargs):
     return Args(*tensors, **kwargs)
 
 
-QKNORM = Graded(
-    "qknorm_attention",
-    oracle=oracle_qknorm_attention,
-    probes=QK_PROBES,
-    options={"kinds": TENSOR},
-)
+QKNORM = Graded("qknorm_attention", oracle_qknorm_attention, QK_PROBES, options={"kinds": TENSOR})
 QK_GRADS = Graded(
     "qknorm_grads",
     oracle=oracle_qknorm_grads,
@@ -467,11 +462,7 @@ QK_GRADS = Graded(
 )
 SUBLAYER = {
     placement: Graded(
-        "sublayer_output",
-        oracle=oracle_sublayer_output,
-        probes=probes,
-        prefix=False,
-        options={"kinds": TENSOR},
+        "sublayer_output", oracle_sublayer_output, probes, prefix=False, options={"kinds": TENSOR}
     )
     for placement, probes in {
         placement: [p for p in SUBLAYER_PROBES if p.name.startswith(placement + ":")]

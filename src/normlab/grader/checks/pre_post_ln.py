@@ -427,10 +427,7 @@ def torch_args(*args, **kwargs):
 
 
 LAYERNORM = Graded(
-    "scratch_layernorm",
-    oracle=_as_array(oracle_layernorm),
-    probes=LAYERNORM_PROBES,
-    options={"kinds": TENSOR},
+    "scratch_layernorm", _as_array(oracle_layernorm), LAYERNORM_PROBES, options={"kinds": TENSOR}
 )
 LAYERNORM_GRADS = Graded(
     "scratch_layernorm_grads",
@@ -444,18 +441,11 @@ LAYERNORM_GRADS = Graded(
     },
 )
 RMSNORM = Graded(
-    "scratch_rmsnorm",
-    oracle=_as_array(oracle_rmsnorm),
-    probes=RMSNORM_PROBES,
-    options={"kinds": TENSOR},
+    "scratch_rmsnorm", _as_array(oracle_rmsnorm), RMSNORM_PROBES, options={"kinds": TENSOR}
 )
 BLOCKS = {
     placement: Graded(
-        "block_output",
-        oracle=_as_array(oracle_block),
-        probes=probes,
-        prefix=False,
-        options={"kinds": TENSOR},
+        "block_output", _as_array(oracle_block), probes, prefix=False, options={"kinds": TENSOR}
     )
     for placement, probes in [("post", POST_BLOCK_PROBES), ("pre", PRE_BLOCK_PROBES)]
 }
@@ -466,11 +456,7 @@ def oracle_stack_output(placement, n_heads, x, *weights):
 
 
 STACK = Graded(
-    "stack_output",
-    oracle=oracle_stack_output,
-    probes=STACK_PROBES,
-    prefix=False,
-    options={"kinds": TENSOR},
+    "stack_output", oracle_stack_output, STACK_PROBES, prefix=False, options={"kinds": TENSOR}
 )
 
 

@@ -393,10 +393,8 @@ def rows_of_varied_size(rng, shape):
     return (rng.normal(size=shape) + offsets) * scales
 
 
-FORWARD = Graded("rmsnorm_forward", oracle=oracle_forward, probes=FORWARD_PROBES)
-BACKWARD = Graded(
-    "rmsnorm_backward", oracle=oracle_backward, probes=BACKWARD_PROBES, items=("dx", "dgamma")
-)
+FORWARD = Graded("rmsnorm_forward", oracle_forward, FORWARD_PROBES)
+BACKWARD = Graded("rmsnorm_backward", oracle_backward, BACKWARD_PROBES, items=("dx", "dgamma"))
 
 PROBES = probe_table(
     FORWARD,
@@ -411,15 +409,15 @@ JACOBIAN_HINT = (
 JACOBIANS = {
     "layer": Graded(
         "layernorm_jacobian",
-        oracle=lambda x, gamma, eps: oracle_jacobian("layer", x, gamma, eps),
-        probes=LAYER_JACOBIAN_PROBES,
+        lambda x, gamma, eps: oracle_jacobian("layer", x, gamma, eps),
+        LAYER_JACOBIAN_PROBES,
         tol=JACOBIAN_TOL,
         options={"hint": JACOBIAN_HINT},
     ),
     "rms": Graded(
         "rmsnorm_jacobian",
-        oracle=lambda x, gamma, eps: oracle_jacobian("rms", x, gamma, eps),
-        probes=RMS_JACOBIAN_PROBES,
+        lambda x, gamma, eps: oracle_jacobian("rms", x, gamma, eps),
+        RMS_JACOBIAN_PROBES,
         tol=JACOBIAN_TOL,
         options={"hint": JACOBIAN_HINT},
     ),

@@ -399,14 +399,14 @@ def network(rng, inputs=12, hidden=8, classes=5, n=24):
 
 GRADS = Graded(
     "net_forward_backward",
-    oracle=oracle_grads,
-    probes=GRADS_PROBES,
+    oracle_grads,
+    GRADS_PROBES,
     items=GRAD_NAMES,
     options={"kinds": ("ndarray", "scalar")},
 )
-SGD = Graded("net_sgd_step", oracle=oracle_sgd_step, probes=SGD_PROBES, items=STEP_NAMES)
-TRAIN = Graded("net_train", oracle=oracle_train, probes=TRAIN_PROBES, items=TRAIN_NAMES)
-PREDICT = Graded("net_predict", oracle=oracle_predict, probes=PREDICT_PROBES)
+SGD = Graded("net_sgd_step", oracle_sgd_step, SGD_PROBES, items=STEP_NAMES)
+TRAIN = Graded("net_train", oracle_train, TRAIN_PROBES, items=TRAIN_NAMES)
+PREDICT = Graded("net_predict", oracle_predict, PREDICT_PROBES)
 
 PROBES = probe_table(GRADS, SGD, TRAIN, PREDICT)
 

@@ -470,9 +470,7 @@ def rows_with_varied_scale(rng, shape, axis=-1):
     return _rows_with_varied_scale(rng, shape, scales=(0.05, 20.0), axis=axis)
 
 
-STANDARDIZE = Graded(
-    "standardize", oracle=oracle_standardize, probes=STANDARDIZE_PROBES, tol=F64_TIGHT
-)
+STANDARDIZE = Graded("standardize", oracle_standardize, STANDARDIZE_PROBES, tol=F64_TIGHT)
 
 
 @LAB.check(points=2, uses=["standardize"], seed=100)
@@ -524,9 +522,7 @@ def standardize_float32_invariants(sub, rng):
 # ----------------------------------------------------------------------------- forward checks
 
 
-FORWARD = Graded(
-    "mlp_forward_stats", oracle=oracle_forward_stats, probes=FORWARD_PROBES, tol=F64_TIGHT
-)
+FORWARD = Graded("mlp_forward_stats", oracle_forward_stats, FORWARD_PROBES, tol=F64_TIGHT)
 
 
 @LAB.check(points=2, uses=["mlp_forward_stats"], seed=110)
@@ -584,8 +580,8 @@ def forward_stats_normalized(sub, rng):
 
 BACKWARD = Graded(
     "mlp_backward_grad_norms",
-    oracle=oracle_backward,
-    probes=BACKWARD_PROBES,
+    oracle_backward,
+    BACKWARD_PROBES,
     items=("input_grad_norms", "weight_grad_norms"),
     tol=F64_TIGHT,
 )
@@ -734,9 +730,7 @@ def oracle_init_std(fan_in, activation):
     return np.asarray(np.sqrt(1.0 / (fan_in * _gain(activation))))
 
 
-INIT_STD = Graded(
-    "init_std", oracle=oracle_init_std, probes=INIT_PROBES, tol=F64_TIGHT, prefix=False
-)
+INIT_STD = Graded("init_std", oracle_init_std, INIT_PROBES, tol=F64_TIGHT, prefix=False)
 
 
 @LAB.check(points=1, uses=["init_std"])
@@ -800,10 +794,7 @@ FEATURE_SCALING_PROBES = [
 ]
 
 FEATURE_SCALING = Graded(
-    "scale_with_train_stats",
-    oracle=oracle_scale_with_train_stats,
-    probes=FEATURE_SCALING_PROBES,
-    tol=F64_TIGHT,
+    "scale_with_train_stats", oracle_scale_with_train_stats, FEATURE_SCALING_PROBES, tol=F64_TIGHT
 )
 
 PROBES = probe_table(STANDARDIZE, FORWARD, BACKWARD, INIT_STD, FEATURE_SCALING)
