@@ -12,7 +12,7 @@ import sys
 import nbformat
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, missing_extra
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 SCRIPT = ROOT / "benchmarks" / "triton_norms.py"
@@ -90,7 +90,7 @@ def run_script(*arguments):
 
 
 def test_under_the_interpreter_it_times_the_right_kernels_and_refuses_the_wrong(tmp_path):
-    pytest.importorskip("triton", reason="the kernels extra: pip install -e '.[kernels]'")
+    pytest.importorskip("triton", reason=missing_extra("11_triton_kernels"))
     out = tmp_path / "table.txt"
     done = run_script(
         "--interpret",

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import missing_extra, solution_namespace
 
 if not os.environ.get("CUDA_VISIBLE_DEVICES_FOR_TESTS"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
-pytest.importorskip(
-    "triton", reason="lab 11 needs Triton, the optional extra: run `make kernels` to grade it"
-)
+pytest.importorskip("triton", reason=missing_extra("11_triton_kernels"))
 
-from conftest import solution_namespace  # noqa: E402
 
 from normlab.grader.checks import triton_kernels as lab  # noqa: E402
 
