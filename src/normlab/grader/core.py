@@ -271,7 +271,9 @@ class Lab:
             f"`{target}` (Linux x86-64) and grade again"
         )
 
-    def check(self, name: str | None = None, points: int = 1, uses: Sequence[str] = (), seed=None):
+    def check(
+        self, name: str | None = None, *, points: int, uses: Sequence[str], seed: int | None = None
+    ):
         """Decorator that registers a check function on this lab.
 
         ``name`` is the title a learner reads in the report; left out, it is the function's

@@ -514,6 +514,7 @@ def forward_eval(sub, rng):
 @LAB.check(points=2, uses=["batchnorm_forward"], seed=23)
 def forward_4d(sub, rng):
     """(B, C, H, W): y normalized with one mean and variance per channel over batch and space"""
+    # y only: the running statistics of images are the running-statistics check's
     for shape in [(2, 3, 4, 3), (3, 2, 2, 5)]:  # W == C first: gamma on the wrong axis cannot hide
         x = channels_with_varied_scale(rng, shape)
         state = params(rng, shape[1])

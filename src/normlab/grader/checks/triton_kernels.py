@@ -654,7 +654,7 @@ for _name, _title in (
     ("tri_layernorm_forward_bytes", "bytes moved: LayerNorm forward"),
     ("tri_layernorm_backward_bytes", "bytes moved: LayerNorm backward"),
 ):
-    LAB.check(_title, 1, [_name])(_bytes_check(_name))
+    LAB.check(_title, points=1, uses=[_name])(_bytes_check(_name))
 
 
 # ----------------------------------------------------------------------------- practice problems
