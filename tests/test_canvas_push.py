@@ -217,7 +217,7 @@ def canvas():
         server.server_close()
 
 
-def submission(student, score, error=None, path=None, check="forward"):
+def submission(student, score, error=None, path=None, check="forward", layout="canvas"):
     checks = [check_dict(check, score, 12), check_dict("backward", 0, 4)]
     return {
         "path": path or f"{student}_1_04_rmsnorm.ipynb",
@@ -232,6 +232,7 @@ def submission(student, score, error=None, path=None, check="forward"):
         "lang": None,
         "name": None,
         "id_conflict": [],
+        "layout": layout,
     }
 
 
@@ -437,3 +438,158 @@ def test_multipart_refuses_a_field_that_would_break_out():
         canvas_module.multipart({'a"\r\nX': "1"}, "p.html", b"<p>")
     body, kind = canvas_module.multipart({"key": "k"}, "p.html", b"<p>x</p>")
     assert kind.startswith("multipart/form-data; boundary=") and body.endswith(b"--\r\n")
+
+
+# ----------------------------------------------------------------------------- who is addressed
+
+
+@pytest.fixture(scope="module")
+def named_by_file(tmp_path_factory, root):
+    """A blank lab 03 handed in as ``03_layernorm_5678.ipynb`` (the plain file-name layout:
+    the id is the student's choice) beside Zoe's worked solution, graded for real."""
+    import shutil
+
+    from conftest import grade_json
+
+    folder = tmp_path_factory.mktemp("class")
+    shutil.copy(root / "labs" / "03_layernorm.ipynb", folder / "03_layernorm_5678.ipynb")
+    shutil.copy(root / "solutions" / "03_layernorm.ipynb", folder / "03_layernorm_zoe.ipynb")
+    code, data, stderr = grade_json(folder)
+    assert code == 0, stderr
+    graded = folder.parent / "graded.json"
+    graded.write_text(json.dumps(data), encoding="utf-8")
+    return graded, data
+
+
+def push_lab_03(url, results, *extra):
+    arguments = ["report", "canvas", str(results), "--lab", "03_layernorm", "--url", url]
+    return run_cli([*arguments, "--course", COURSE, "--assignment", ASSIGNMENT, *extra])
+
+
+def test_an_id_a_file_name_chose_addresses_nobody(canvas, named_by_file, monkeypatch, tmp_path):
+    results, data = named_by_file
+    found = {s["path"].rsplit("/", 1)[-1]: s for s in data["submissions"]}
+    blank, zoe = found["03_layernorm_5678.ipynb"], found["03_layernorm_zoe.ipynb"]
+    assert (blank["student"], blank["layout"], blank["score"]) == ("5678", "file", 0)
+    assert (zoe["student"], zoe["layout"], zoe["score"]) == ("zoe", "file", 16)
+    # a dry run shows no request, and says of each notebook why it is not pushed
+    code, stdout, stderr = push_lab_03(canvas, results, "--dry-run")
+    assert code == 0, stderr
+    assert stdout.splitlines() == [
+        "03_layernorm: 0 scores, 0 comments and 0 feedback pages posted, 0 already there, "
+        "2 skipped (dry run: nothing was sent)"
+    ]
+    for student in ("5678", "zoe"):
+        (line,) = [x for x in stderr.splitlines() if f"03_layernorm_{student}.ipynb" in x]
+        assert f"the id {student} comes from the file layout, not from Canvas's download" in line
+    # against Canvas: not one request, so Canvas user 5678 keeps what Canvas has
+    monkeypatch.setenv("CANVAS_TOKEN", TOKEN)
+    code, stdout, stderr = push_lab_03(canvas, results)
+    assert code == 0, stderr
+    assert Recorder.log == [] and "2 skipped" in stdout
+    # the instructor's roster says who Zoe is in Canvas: Zoe's grade goes to her, and the file
+    # that claims 5678 still addresses nobody
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,canvas_user_id\nzoe,5678\n", encoding="utf-8")
+    code, stdout, stderr = push_lab_03(canvas, results, "--roster", roster)
+    assert code == 0, stderr
+    assert shape(Recorder.log) == expected_requests("5678")
+    put = Recorder.log[-1][3]
+    assert put["submission[posted_grade]"] == ["16"]
+    assert put["comment[text_comment]"][0].startswith("16/16 points.")
+    (page,) = [f["data"].decode() for f in Recorder.state["files"].values()]
+    assert "16 / 16" in page
+    assert Recorder.state["5678"]["score"] == 16.0
+    assert "1 scores" in stdout and "1 skipped" in stdout
+    assert [x for x in stderr.splitlines() if "skipped" in x] == [
+        x for x in stderr.splitlines() if "03_layernorm_5678.ipynb" in x
+    ]
+
+
+def chosen_and_skipped(graded, roster=None):
+    from normlab.grader.report import SubmissionResult
+
+    results = [SubmissionResult.from_dict(s) for s in graded]
+    chosen, skipped = canvas_module.choose(results, "04_rmsnorm", roster)
+    return [(user, r.path) for user, r in chosen], [(r.path, why) for r, why in skipped]
+
+
+def test_only_canvas_files_name_a_canvas_user_and_a_roster_maps_the_rest():
+    graded = [
+        # Canvas's download: two files of user 23456 (the better counts), one of 23457
+        submission("23456", 0, path="evansd_23456_789_04_rmsnorm.ipynb"),
+        submission("23456", 12, path="evansd_23456_789_04_rmsnorm-1.ipynb"),
+        submission("23457", 0, path="lee_23457_790_04_rmsnorm.ipynb"),
+        # a plain file name that claims 23456's id, and folders and Moodle's numbers
+        submission("23456", 0, path="04_rmsnorm_23456.ipynb", layout="file"),
+        submission("alice", 12, path="alice/04_rmsnorm.ipynb", layout="folder"),
+        submission("31", 12, path="Bo Li_31_assignsubmission_file_/04.ipynb", layout="moodle"),
+        submission("4", 12, path="submission_4/04_rmsnorm.ipynb", layout="gradescope"),
+        {**submission("77", 12, path="old/04_rmsnorm_77.ipynb"), "layout": None},
+    ]
+    chosen, skipped = chosen_and_skipped(graded)
+    assert chosen == [
+        ("23456", "evansd_23456_789_04_rmsnorm-1.ipynb"),
+        ("23457", "lee_23457_790_04_rmsnorm.ipynb"),
+    ]
+    assert len(skipped) == 5
+    for path, layout in [
+        ("04_rmsnorm_23456.ipynb", "file"),
+        ("alice/04_rmsnorm.ipynb", "folder"),
+        ("Bo Li_31_assignsubmission_file_/04.ipynb", "moodle"),
+        ("submission_4/04_rmsnorm.ipynb", "gradescope"),
+    ]:
+        assert dict(skipped)[path].startswith(f"normlab report canvas: {path}: the id ")
+        assert f"from the {layout} layout, not from Canvas's download" in dict(skipped)[path]
+    assert "grade again" in dict(skipped)["old/04_rmsnorm_77.ipynb"]
+    # a roster maps the others; an id that a Canvas file and a mapped name both address, or
+    # that two mapped names address, is left to the instructor, named
+    roster = {"alice": "50", "31": "51", "4": "23457", "23456": "52"}
+    chosen, skipped = chosen_and_skipped(graded, roster)
+    assert chosen == [
+        ("50", "alice/04_rmsnorm.ipynb"),
+        ("51", "Bo Li_31_assignsubmission_file_/04.ipynb"),
+        ("52", "04_rmsnorm_23456.ipynb"),
+        ("23456", "evansd_23456_789_04_rmsnorm-1.ipynb"),
+    ]
+    assert [p for p, _ in skipped] == [
+        "old/04_rmsnorm_77.ipynb",
+        "lee_23457_790_04_rmsnorm.ipynb",
+        "submission_4/04_rmsnorm.ipynb",
+    ]
+    assert (
+        skipped[1][1]
+        == skipped[2][1]
+        == (
+            "normlab report canvas: lee_23457_790_04_rmsnorm.ipynb, submission_4/04_rmsnorm.ipynb "
+            "all address Canvas user 23457: skipped; decide which is the student's (a roster maps "
+            "one id to one Canvas user)"
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        ("id,user\nzoe,5678\n", "must name the columns student and canvas_user_id"),
+        ("student,canvas_user_id\nzoe,z5678\n", "row 2: a row needs a student id and"),
+        ("student,canvas_user_id\nzoe,1\nzoe,2\n", "row 3: this student is mapped to two"),
+        ("student,canvas_user_id\nzoe,1\nbo,1\n", "row 3: this Canvas user is mapped from two"),
+    ],
+)
+def test_a_roster_that_is_not_one_student_one_canvas_user_is_refused(
+    canvas, results, tmp_path, rows, why
+):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(rows, encoding="utf-8")
+    code, stdout, stderr = push(canvas, results, "--dry-run", "--roster", roster)
+    assert code == 2 and why in stderr and stdout == ""
+
+
+def test_a_roster_in_canvas_gradebook_order_is_read(tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        "\ufeffName,Canvas_User_ID,Student\nZoe Ruiz,5678,zoe\n,,\nBo Li,5679,bo\n",
+        encoding="utf-8",
+    )
+    assert canvas_module.read_roster(roster) == {"zoe": "5678", "bo": "5679"}

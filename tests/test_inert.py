@@ -382,6 +382,7 @@ def test_merge_of_good_shards_writes_the_gradebook(tmp_path):
         ),
         ({"name": 7}, "name is not text or null"),
         ({"id_conflict": "x"}, "id_conflict is not a list of text"),
+        ({"layout": "lms"}, "layout 'lms' is not one of moodle, canvas"),
         ({"path": GOOD["a"]["path"]}, "is given twice"),
     ],
 )

@@ -210,27 +210,129 @@ class Canvas:
         return file_id
 
 
+_NOT_A_USER_ID = (
+    "normlab report canvas: {user} is not a Canvas user id (from a Canvas download): skipped"
+)
+_NOT_FROM_CANVAS = (
+    "normlab report canvas: {path}: the id {user} comes from the {layout} layout, not from "
+    "Canvas's download, and no --roster maps it to a Canvas user: skipped"
+)
+_NO_LAYOUT = (
+    "normlab report canvas: {path}: the results do not say where the id {user} came from "
+    "(graded by an older normlab: grade again): skipped"
+)
+_SHARED_USER = (
+    "normlab report canvas: {paths} all address Canvas user {target}: skipped; decide which "
+    "is the student's (a roster maps one id to one Canvas user)"
+)
+
+
+def read_roster(path: Path) -> dict[str, str]:
+    """``--roster``: normlab's student id -> Canvas user id, from a CSV whose header names the
+    columns ``student`` (the id ``normlab grade`` gave: the ``student`` of its CSV and JSON) and
+    ``canvas_user_id`` (the ``ID`` column of Canvas's gradebook export). ValueError names a
+    row that is not one student, one Canvas user."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"))))
+    header = [cell.strip().lower() for cell in rows[0]] if rows else []
+    if "student" not in header or "canvas_user_id" not in header:
+        raise ValueError(
+            i18n.text(
+                "{path}: the roster's first row must name the columns student and canvas_user_id",
+                path=str(inert.text(str(path), lines=False)),
+            )
+        )
+    column, target_column = header.index("student"), header.index("canvas_user_id")
+    roster: dict[str, str] = {}
+    users: dict[str, str] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        student = row[column].strip() if len(row) > column else ""
+        target = row[target_column].strip() if len(row) > target_column else ""
+        problem = None
+        if not student or not _USER_ID.fullmatch(target):
+            problem = i18n.text("a row needs a student id and a Canvas user id (digits)")
+        elif roster.get(student, target) != target:
+            problem = i18n.text("this student is mapped to two Canvas users")
+        elif users.get(target, student) != student:
+            problem = i18n.text("this Canvas user is mapped from two students")
+        if problem is not None:
+            where = str(inert.text(str(path), lines=False))
+            raise ValueError(
+                i18n.text("{path}, row {row}: {problem}", path=where, row=number, problem=problem)
+            )
+        roster[student], users[target] = target, student
+    return roster
+
+
+def _address(result, roster: dict[str, str]) -> tuple[str | None, str | None]:
+    """(the Canvas user a result is for, or None and why not).
+
+    Only Canvas's download writes a Canvas user id into a file's name (``identity.py``): an id
+    read from another layout (a plain file name a student chose, a folder, Moodle's participant
+    number, a Gradescope sid) addresses nobody in Canvas unless the instructor's roster maps it.
+    """
+    user = result.student or ""
+    fields = {
+        "user": str(inert.text(user, lines=False)),
+        "path": str(inert.text(result.path, lines=False)),
+    }
+    if result.layout == "canvas":
+        if _USER_ID.fullmatch(user):
+            return user, None
+        return None, i18n.text(_NOT_A_USER_ID, user=fields["user"])
+    if user in roster:
+        return roster[user], None
+    if result.layout is None:
+        return None, i18n.text(_NO_LAYOUT, **fields)
+    return None, i18n.text(_NOT_FROM_CANVAS, layout=result.layout, **fields)
+
+
+def choose(results: list, lab: str, roster: dict[str, str] | None = None):
+    """([(Canvas user id, the result posted to them)], [(a result skipped, why)]).
+
+    Several files of one Canvas user in Canvas's download are that user's: the best counts
+    (``classreport.best_per_student``). Any other two results that address one Canvas user
+    (two files that claim one mapped id, a mapped id and a Canvas file) are all skipped: which
+    is the student's is the instructor's call.
+    """
+    from normlab.grader.classreport import best_per_student
+
+    roster = roster or {}
+    by_user: dict[str, list] = {}
+    skipped: list[str] = []
+    for result in sorted((r for r in results if r.lab == lab), key=lambda r: r.path):
+        target, why = _address(result, roster)
+        if target is None:
+            skipped.append((result, why))
+        else:
+            by_user.setdefault(target, []).append(result)
+    chosen = []
+    for target, group in sorted(by_user.items(), key=lambda item: int(item[0])):
+        from_canvas = {(r.layout == "canvas", r.student) for r in group}
+        if len(group) == 1 or from_canvas == {(True, target)}:
+            chosen.append((target, best_per_student(group, lab)[0]))
+            continue
+        paths = ", ".join(str(inert.text(r.path, lines=False)) for r in group)
+        why = i18n.text(_SHARED_USER, paths=paths, target=target)
+        skipped += [(result, why) for result in group]
+    return chosen, skipped
+
+
 def push(
-    results: list, canvas: Canvas, course: str, assignment: str, lang: str | None = None
+    chosen: list, canvas: Canvas, course: str, assignment: str, lang: str | None = None
 ) -> dict:
-    """Post each result's score, comment and page where Canvas lacks them; counts by outcome."""
+    """Post each (user, result)'s score, comment and page where Canvas lacks them; counts."""
     from normlab.grader import report
 
     done = {"graded": 0, "commented": 0, "attached": 0, "unchanged": 0, "skipped": 0}
-    for result in results:
+    for user, result in chosen:
         submission = result.as_dict()
-        user = submission.get("student") or ""
-        if not _USER_ID.fullmatch(user):
-            print(
-                i18n.text(
-                    "normlab report canvas: {user} is not a Canvas user id (from a Canvas "
-                    "download): skipped",
-                    user=str(inert.text(user, lines=False)),
-                ),
-                file=sys.stderr,
-            )
-            done["skipped"] += 1
-            continue
+        if not _USER_ID.fullmatch(user):  # choose() addresses digits only; a backstop
+            raise ValueError(f"{inert.text(user, lines=False)} is not a Canvas user id")
         path = f"/api/v1/courses/{course}/assignments/{assignment}/submissions/{user}"
         now = canvas.request("GET", path + "?include[]=submission_comments")
         comment = comment_text(submission)
@@ -263,7 +365,6 @@ def _token(args) -> str:
 
 def run(args) -> int:
     """``normlab report canvas RESULTS.json --url URL --course ID --assignment ID --lab STEM``."""
-    from normlab.grader.classreport import best_per_student
     from normlab.grader.report import results_from_json
 
     if not _safe_url(args.url):
@@ -288,10 +389,18 @@ def run(args) -> int:
     except (OSError, ValueError, RecursionError, AttributeError) as error:
         print(f"normlab report canvas: {inert.text(error)}", file=sys.stderr)
         return 2
-    chosen = best_per_student(results, args.lab)
+    try:
+        roster = read_roster(Path(args.roster)) if args.roster else {}
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        print(f"normlab report canvas: {inert.text(error)}", file=sys.stderr)
+        return 2
+    chosen, skipped = choose(results, args.lab, roster)
+    for why in dict.fromkeys(why for _, why in skipped):  # once each
+        print(why, file=sys.stderr)
     canvas = Canvas(args.url, token, args.dry_run)
     try:
         done = push(chosen, canvas, args.course, args.assignment)
+        done["skipped"] = len(skipped)
     except (urllib.error.URLError, OSError, ValueError) as error:
         # the error names the request, never the token (it is only in a header)
         print(f"normlab report canvas: {inert.text(error)}", file=sys.stderr)
