@@ -66,5 +66,11 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
         help="columns student,canvas_user_id: the Canvas user of each id that is not from "
         "Canvas's own download (only those ids are pushed otherwise)",
     )
+    canvas.add_argument(
+        "--scale",
+        action="store_true",
+        help="post each score scaled to the assignment's points in Canvas (without it, an "
+        "assignment whose points are not the lab's is refused)",
+    )
     canvas.add_argument("--dry-run", action="store_true", help="print the requests, send none")
     canvas.set_defaults(run=_run("canvas"))
