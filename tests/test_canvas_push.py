@@ -887,3 +887,14 @@ def test_what_the_push_says_is_in_spanish_where_asked(canvas, five, waits, monke
     assert lines[1].startswith("normlab report canvas: el usuario 204 (")
     assert lines[2].startswith("normlab report canvas: 1 sin enviar: 204 (")
     assert "3 notas, 3 comentarios" in stdout
+
+
+def test_a_404_after_the_read_is_not_taken_for_a_missing_student(canvas, five, waits):
+    fault("GET", "/create_success", 404, body=NOT_FOUND)  # the first upload's confirmation
+    code, stdout, stderr = push(canvas, five)
+    assert code == 1 and "Canvas has no submission" not in stderr
+    assert stderr.splitlines()[0].startswith(
+        "normlab report canvas: user 201 (s201_201_9201_04_rmsnorm.ipynb) not pushed: GET "
+    )
+    assert "1 not pushed: 201 (" in stderr and "4 scores" in stdout
+    assert posted() == {u: (12.0, 1, 1) for u in CLASS if u != "201"}

@@ -556,8 +556,12 @@ def push(
             error = failure.error if isinstance(failure, Unfinished) else failure
             if isinstance(failure, Unfinished) and failure.file is not None:
                 write(i18n.text(_FILE_LEFT, user=user, file=failure.file))
-            if isinstance(error, CanvasError) and error.status == 404 and error.method == "GET":
-                write(i18n.text(_MISSING, user=user, path=shown))  # final: not left for a rerun
+            if (
+                isinstance(error, CanvasError)
+                and error.status == 404
+                and (error.method, error.where) == ("GET", path + "?include[]=submission_comments")
+            ):  # the read: Canvas has no such student here (final, not left for a rerun)
+                write(i18n.text(_MISSING, user=user, path=shown))
                 done["skipped"] += 1
                 continue
             stop = _stop_message(error)
