@@ -52,7 +52,7 @@ texts are form values of the comment and bytes of the page. The token comes from
 ``--url``'s own scheme, host and port (never to ``upload_url``, never to a ``Location``
 elsewhere), never through a redirect (none is followed blindly), and is never printed.
 
-Plain ``urllib`` rather than ``canvasapi``: the four requests are few, and the client's
+Plain ``urllib`` rather than ``canvasapi``: the requests are few, and the client's
 upload did not do what the file-upload page asks. Its ``Uploader`` (``canvasapi/upload.py``,
 read in ``ucfopen/canvasapi``) posts to ``upload_url`` without the token, as it should, but
 leaves the redirect to ``requests``, so the confirming GET goes out without the token the page
