@@ -341,21 +341,24 @@ INTERNAL_ERROR = (
     "internal error in the grader (not a problem with your answer; tell your instructor)"
 )
 
-# Messages of exceptions that point at a known slip, whatever the lab.
+# Messages of exceptions that point at a known slip, whatever the lab: (pattern, the slip's
+# name, as the labs' probes call it and the class report counts it, the "Why:" it gives).
 EXCEPTION_HINTS = [
     (
         re.compile(r"could not be broadcast"),
+        "statistics without keepdims",
         "A statistic lost its reduced axis: compute it with keepdims=True (shape (N, 1), not "
         "(N,)) so that it broadcasts against x along the axis it summarises.",
     ),
 ]
 
 
-def hint_for_exception(message: str) -> str:
-    for pattern, hint in EXCEPTION_HINTS:
+def hint_for_exception(message: str) -> tuple[str, str]:
+    """(the slip's name, its hint) that an exception's message points at; ("", "") for none."""
+    for pattern, name, hint in EXCEPTION_HINTS:
         if pattern.search(message):
-            return hint
-    return ""
+            return name, hint
+    return "", ""
 
 
 def run_check(check: Check, submission: Submission) -> CheckResult:
@@ -367,12 +370,13 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
         return CheckResult(check.name, 0, check.points, False, str(failure), probes=probes)
     except SubmissionError as failure:
         message = str(failure)
-        hint = hint_for_exception(message)
+        name, hint = hint_for_exception(message)
         if isinstance(failure, RaisedError) and failure.detail:
             message += "\n" + failure.detail
         if hint:
             message += f"\nWhy: {hint}"
-        return CheckResult(check.name, 0, check.points, False, message)
+        probes = (name,) if hint else ()
+        return CheckResult(check.name, 0, check.points, False, message, probes=probes)
     except Exception as error:  # a bug in the check itself: say so, loudly, not "wrong answer"
         return CheckResult(
             check.name,

@@ -230,6 +230,7 @@ def _failed(shown, who: Identity, lab, error, isolation="", findings=()) -> Subm
         list(findings),
         isolation,
         name=who.name,
+        layout=who.layout,
     )
 
 
@@ -279,6 +280,7 @@ class Grading:
             self.isolation.description,
             self.metadata.get("normlab", {}).get("lang"),
             self.who.name,
+            layout=self.who.layout,
         )
         return dataclasses.replace(result, cacheable=self.cacheable)
 
@@ -475,7 +477,9 @@ class ResultCache:
         except Exception:  # noqa: BLE001 -- absent or malformed: grade it
             return None
         who = entry.identity
-        return dataclasses.replace(result, path=str(entry.path), student=who.student, name=who.name)
+        return dataclasses.replace(
+            result, path=str(entry.path), student=who.student, name=who.name, layout=who.layout
+        )
 
     def put(self, digest: str, result: SubmissionResult, entry: Entry) -> None:
         if self.path is None:

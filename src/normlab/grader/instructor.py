@@ -60,5 +60,17 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     canvas.add_argument("--course", required=True, help="the course's number in Canvas")
     canvas.add_argument("--assignment", required=True, help="the assignment's number")
     canvas.add_argument("--token-file", metavar="FILE", help="default: $CANVAS_TOKEN")
+    canvas.add_argument(
+        "--roster",
+        metavar="FILE.csv",
+        help="columns student,canvas_user_id: the Canvas user of each id that is not from "
+        "Canvas's own download (only those ids are pushed otherwise)",
+    )
+    canvas.add_argument(
+        "--scale",
+        action="store_true",
+        help="post each score scaled to the assignment's points in Canvas (without it, an "
+        "assignment whose points are not the lab's is refused)",
+    )
     canvas.add_argument("--dry-run", action="store_true", help="print the requests, send none")
     canvas.set_defaults(run=_run("canvas"))

@@ -672,7 +672,8 @@ def warmup(sub):
             raise CheckFailed(
                 f"linear_warmup_lr with base_lr={base_lr}, warmup_steps={warmup_steps}: at step "
                 f"{steps[worst]} got {got[worst]:.6g}, expected {expected[worst]:.6g}"
-                + (f"\nWhy: {probe.hint}" if probe else "")
+                + (f"\nWhy: {probe.hint}" if probe else ""),
+                [probe.name] if probe else [],
             )
     for step in (1, 7, 1000):
         got = _number(sub, step, 2e-3, 0)
