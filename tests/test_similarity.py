@@ -259,3 +259,13 @@ def test_a_statement_is_shown_as_written_whatever_its_characters():
     source = "def f(x):\n    s = 'é…😀'; t = x  # née\n    return s, t\r\n"
     found = similarity.answers([source], ["f"])
     assert [text for text, _ in found["f"]] == ["s = 'é…😀'", "t = x", "return s, t"]
+
+
+def test_the_token_bounds_of_limit_are_the_ones_used(tmp_path):
+    """``--limit max_cell_tokens=20``: every cell of more than 20 tokens (each function's) is
+    not parsed, so all three notebooks are listed and no pair shares anything."""
+    arguments = hostile_class(tmp_path, lambda notebook: notebook)
+    report, _, _ = report_of([*arguments, "--limit", "max_cell_tokens=20"])
+    assert report["pairs"] == []
+    assert [item["student"] for item in report["not_analysed"]] == ["alice", "bob", "carol"]
+    assert all("a cell too large or deep" in item["reason"] for item in report["not_analysed"])
