@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from normlab.grader import inert
+
 # ----------------------------------------------------------------------------- what comes back
 
 
@@ -69,11 +71,11 @@ class Output:
 
 def describe_item(item: Item) -> str:
     if item.note:
-        return item.note
+        return inert.clip(item.note)
     if item.kind in ("ndarray", "tensor") and item.array is not None:
         return f"a {'NumPy array' if item.kind == 'ndarray' else 'tensor'} of shape {fmt_shape(item.array.shape)}"
     return {"none": "None", "scalar": "a number", "str": "a string", "list": "a list"}.get(
-        item.kind, f"a {item.kind}"
+        item.kind, f"a {inert.clip(item.kind)}"
     )
 
 
@@ -162,9 +164,10 @@ class Submission:
 
 
 def error_from_reply(name: str, reply: dict) -> SubmissionError:
-    """Turn the worker's error reply into the right exception with a learner-facing message."""
+    """Turn the worker's error reply into the right exception with a learner-facing message:
+    the exception's type, message and traceback quoted short (``inert.clip``)."""
     error_type = reply.get("error_type", "")
-    message = str(reply.get("message", ""))
+    message = inert.clip(reply.get("message", ""))
     if error_type == "Missing":
         return MissingName(
             f"`{name}` is not defined in the notebook (did its cell run without errors?)"
@@ -173,8 +176,9 @@ def error_from_reply(name: str, reply: dict) -> SubmissionError:
         return NotImplementedYet(f"`{name}` is not implemented yet")
     if error_type == "Timeout":
         return RaisedError(f"`{name}` did not finish in time (an endless loop?)", error_type)
-    detail = str(reply.get("traceback", ""))
-    return RaisedError(f"`{name}` raised {error_type}: {message}", error_type, detail)
+    detail = inert.clip(reply.get("traceback", ""), last=True)
+    shown = inert.clip(error_type)
+    return RaisedError(f"`{name}` raised {shown}: {message}", error_type, detail)
 
 
 # ----------------------------------------------------------------------------- checks and labs

@@ -46,6 +46,13 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
         help="ignore code more than this share of the class wrote (default 0.25)",
     )
     similar.add_argument("--top", type=int, default=20, help="pairs shown side by side")
+    similar.add_argument(
+        "--limit",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a limit of docs/grading.md's table, as `normlab grade --limit` takes it: the "
+        "token bounds max_cell_tokens and max_code_tokens are those the report parses within",
+    )
     similar.set_defaults(run=_run("similarity"))
 
     canvas = kinds.add_parser(

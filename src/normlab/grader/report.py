@@ -126,6 +126,21 @@ class SubmissionResult:
     #: outside): never cached, regraded on the next run. Not part of the JSON.
     cacheable: bool = dataclasses.field(default=True, compare=False)
 
+    def bounded(self, chars: int) -> SubmissionResult:
+        """This result with its error, each check's message and each finding cut to ``chars``
+        characters, their length stated (``inert.clip``): what one submission may put in the
+        cache, the gradebook, the table and the feedback (``Limits.max_message_chars``)."""
+        checks = [
+            dataclasses.replace(check, message=inert.clip(check.message, chars))
+            for check in self.checks
+        ]
+        return dataclasses.replace(
+            self,
+            error=None if self.error is None else inert.clip(self.error, chars),
+            checks=checks,
+            findings=[inert.clip(finding, chars) for finding in self.findings],
+        )
+
     def as_dict(self) -> dict:
         return {
             "path": self.path,

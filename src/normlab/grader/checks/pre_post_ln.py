@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from normlab.grader import keys
+from normlab.grader import inert, keys
 from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
@@ -618,7 +618,7 @@ def _number(sub, *args) -> float:
         or item.array.size != 1
         or item.kind not in ("scalar", "ndarray", "tensor")
     ):
-        raise CheckFailed(f"{what}: returned {item.kind}, expected a number")
+        raise CheckFailed(f"{what}: returned {inert.clip(item.kind)}, expected a number")
     return float(item.array.reshape(()))
 
 
