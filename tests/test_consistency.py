@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -286,3 +287,78 @@ def test_no_test_module_imports_another():
         for path in sorted((ROOT / "tests").glob("*.py"))
     }
     assert {name: found for name, found in importing.items() if found} == {}
+
+
+# --- numbers a chapter quotes from a stored output ---------------------------------------------
+
+# (chapter, its sentence, notebook, cell id, the cell's stored output): each named group of the
+# sentence must read as the output prints it, so a rerun that moves a number fails here until
+# both editions say the new one. Whitespace in the chapter is read as single spaces.
+_STREAM_RMS = (
+    r"x1: stream RMS after 24 sub-layers: \{'pre': (?P<pre1>[\d.]+),.*\n"
+    r".*x10: stream RMS after 24 sub-layers: \{'pre': (?P<pre10>[\d.]+), 'post': [\d.]+, "
+    r"'peri': (?P<peri10>[\d.]+), 'olmo2': (?P=peri10),"
+)
+QUOTED_OUTPUTS = [
+    (
+        "theory/09_modern_norms.md",
+        r"Pre-LN's stream RMS goes from (?P<pre1>[\d.]+) to (?P<pre10>[\d.]+) while Peri-LN's and "
+        r"OLMo 2's stay at (?P<peri10>[\d.]+)\.",
+        "solutions/09_modern_norms.ipynb",
+        "c9a00023",
+        _STREAM_RMS,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"del flujo de Pre-LN pasa de (?P<pre1>[\d.]+) a (?P<pre10>[\d.]+) mientras que la de "
+        r"Peri-LN y la de OLMo 2 se quedan en (?P<peri10>[\d.]+)\.",
+        "solutions/09_modern_norms.ipynb",
+        "c9a00023",
+        _STREAM_RMS,
+    ),
+]
+
+
+def stored_output(notebook: str, cell_id: str) -> str:
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    (cell,) = [c for c in cells if c.get("id") == cell_id]
+    return "".join(
+        "".join(out.get("text", ""))
+        for out in cell.get("outputs", [])
+        if out["output_type"] == "stream"
+    )
+
+
+def quoted_mismatches(chapter_text, sentence, output_text, printed):
+    said = re.search(sentence, " ".join(chapter_text.split()))
+    shown = re.search(printed, output_text)
+    if not said or not shown:
+        return [f"sentence found: {bool(said)}, output found: {bool(shown)}"]
+    return [
+        f"{name}: the chapter says {value}, the output prints {shown[name]}"
+        for name, value in said.groupdict().items()
+        if value != shown[name]
+    ]
+
+
+@pytest.mark.parametrize("chapter, sentence, notebook, cell_id, printed", QUOTED_OUTPUTS,
+                         ids=[q[0] for q in QUOTED_OUTPUTS])  # fmt: skip
+def test_a_chapter_quotes_the_numbers_its_notebook_stores(
+    chapter, sentence, notebook, cell_id, printed
+):
+    chapter_text = (ROOT / chapter).read_text(encoding="utf-8")
+    assert (
+        quoted_mismatches(chapter_text, sentence, stored_output(notebook, cell_id), printed) == []
+    )
+
+
+def test_a_stale_quote_is_told_which_number_moved():
+    chapter, sentence, notebook, cell_id, printed = QUOTED_OUTPUTS[0]
+    # the sentence as it stood when the output printed 4.5, 42.7 and 4.9
+    stale = (
+        "after 24 sub-layers, Pre-LN's stream\nRMS goes from 5.0 to 47.7 while Peri-LN's and "
+        "OLMo 2's stay at 4.8."
+    )
+    found = quoted_mismatches(stale, sentence, stored_output(notebook, cell_id), printed)
+    assert [f.split(":")[0] for f in found] == ["pre1", "pre10", "peri10"], found
+    assert "the chapter says 47.7, the output prints" in found[1], found
