@@ -743,13 +743,25 @@ GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the fo
     "Toma el ejemplo y puntúalo en 200 lotes.": "calcula su predicción",
     "Termina con `check(...)`. Compara tu respuesta con PyTorch.": "que compara tu respuesta",
     "Las entradas fuera de la diagonal del jacobiano son cero.": "elementos",
+    "Las estadísticas de la fila dan la media.": "estadísticos",
+    "Compárala con el punto de inflexión de la GPU.": "punto de cresta",
+    "Clasifica las imágenes de test una vez.": "prueba (conjunto de prueba, lote de prueba)",
+    "La precisión de validación mediana es 0.97.": "exactitud",
+    "En punto flotante la resta cancela.": "coma flotante",
+    "Un modelo de 22B parámetros.": "mil millones; 22\u202f000 millones",
+    "retropropagación: dx coincide con autograd": "pase hacia atrás",
+    "El paso hacia atrás lee x dos veces.": "pase hacia atrás",
+    "Parte 1 · RMSNorm hacia delante": "pase hacia adelante",
 }
 # Each of these uses a word the glossary watches, rightly: none may be flagged.
 GLOSSARY_ALLOWED = (
     "En la práctica, los problemas de práctica y el problema de práctica 2 son de este "
     "laboratorio. Una CPU de 2 núcleos, el kernel fusionado, el cuaderno de la demo. Escribe "
     'una letra, p. ej. "b" o "(b) porque ...". Por ejemplo, `notebooks/03_layernorm.ipynb`. '
-    "El calentamiento (warmup) dura 50 pasos; después del warmup la tasa es fija."
+    "El calentamiento (warmup) dura 50 pasos; después del warmup la tasa es fija. La "
+    "retropropagación multiplica por W en cada paso hacia la entrada. La precisión de bfloat16, "
+    "en coma flotante, y la exactitud de validación de un modelo de 22\u202f000 millones de "
+    "parámetros; los estadísticos del lote de prueba y el punto de cresta."
 )
 
 
