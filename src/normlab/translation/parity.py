@@ -309,7 +309,8 @@ def parity_problems(english_text: str, english_where: str, spanish_text: str, sp
         )
     for name in ("math", "numbers", "code_spans", "code_blocks", "external"):
         a, b = getattr(en, name), getattr(es, name)
-        if name == "code_spans":  # a path to the learner's copies names the edition's folder
+        if name in ("code_spans", "code_blocks"):  # a path to the learner's copies names the
+            # edition's folder, in a span or in a command block
             b = Counter({_edition_folders_to_english(span): n for span, n in b.items()})
         if a != b:
             problems.append(f"{name.replace('_', ' ')} differ: {_diff(a, b)}")
