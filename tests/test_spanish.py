@@ -464,6 +464,21 @@ def parity(spanish, english=ENGLISH):
     )
 
 
+def test_parity_reads_a_count_of_parameters_in_millions():
+    english = "# 3. Layer\n\nModels of 130M to 7B parameters, and one of 22 billion.\n"
+    spanish = "# 3. Capa\n\nModelos de 130 millones a 7000 millones de parámetros, y uno de 22\u202f000 millones.\n"
+    assert translation.parity_problems(english, "theory/x.md", spanish, "es/theory/x.md") == []
+    wrong = spanish.replace("7000 millones", "700 millones")
+    found = translation.parity_problems(english, "theory/x.md", wrong, "es/theory/x.md")
+    assert len(found) == 1 and found[0].startswith("numbers differ"), found
+
+
+def test_parity_reads_the_spanish_copies_folder_as_the_english_in_a_command_block():
+    english = "# 3. Layer\n\n```bash\nnormlab grade work/03_layernorm.ipynb\n```\n"
+    spanish = english.replace("Layer", "Capa").replace("work/", "work/es/")
+    assert translation.parity_problems(english, "theory/x.md", spanish, "es/theory/x.md") == []
+
+
 DRIFTS = {  # name: (text of the faithful translation, what replaces it, the problem reported)
     "an equation changed": ("\\sigma^2 + \\varepsilon}}$$", "\\sigma^2}}$$", "math"),
     "an inline equation changed": ("$d = 2$", "$d = 3$", "math"),
