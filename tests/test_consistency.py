@@ -318,6 +318,87 @@ QUOTED_OUTPUTS = [
     ),
 ]
 
+_NGPT = r"stream RMS after layers 1, 24, 48 = (?P<first>[\d.]+), [\d.]+, (?P<last>[\d.]+)"
+_CAST_ORDER = (
+    r"Llama\)\s+cast, then multiply\s+: mean (?P<llama>[\d.]+) ulp, max [\d.]+, exact within "
+    r"0.5 ulp: (?P<llama_share>\d+)%\n.*\n.*Gemma\)\s+cast, then multiply\s+: mean "
+    r"(?P<gemma>[\d.]+) ulp, max (?P<worst>[\d.]+), exact within 0.5 ulp: (?P<gemma_share>\d+)%"
+)
+_DECAY = (
+    r"after  10000 steps: Llama's gain (?P<llama>[\d.]+), Gemma's gain (?P<gemma>[\d.]+), "
+    r"a Gemma gain trained to 1.5 -> (?P<trained>[\d.]+)"
+)
+_BATCH_OF_TWO = (
+    r"running statistics: (?P<running>[\d.]+) .*\n.*training images: (?P<exact>[\d.]+) .*\n"
+    r".*themselves: (?P<own>[\d.]+) "
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/09_modern_norms.md",
+        r"grows its stream's RMS from (?P<first>[\d.]+) to (?P<last>[\d.]+)\.",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00018",
+        _NGPT,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"hace crecer la RMS de su flujo de (?P<first>[\d.]+) a (?P<last>[\d.]+)\.",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00018",
+        _NGPT,
+    ),
+    (
+        "theory/09_modern_norms.md",
+        r"mean error of (?P<llama>[\d.]+) ulp with Llama's gain and (?P<gemma>[\d.]+) ulp with "
+        r"Gemma's, (?P<llama_share>\d+)% and (?P<gemma_share>\d+)% of the values within 0.5 ulp, "
+        r"and errors up to (?P<worst>[\d.]+) ulp",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00008",
+        _CAST_ORDER,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"error medio de (?P<llama>[\d.]+) ulp con la ganancia de Llama y de (?P<gemma>[\d.]+) ulp "
+        r"con la de Gemma, el (?P<llama_share>\d+)% y el (?P<gemma_share>\d+)% de los valores a "
+        r"0.5 ulp como mucho, y errores de hasta (?P<worst>[\d.]+) ulp",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00008",
+        _CAST_ORDER,
+    ),
+    (
+        "theory/09_modern_norms.md",
+        r"Llama's gain is (?P<llama>[\d.]+) and Gemma's stays (?P<gemma>[\d.]+); a Gemma gain that "
+        r"training had moved to 1.5 is back to (?P<trained>[\d.]+)",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00011",
+        _DECAY,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"Llama vale (?P<llama>[\d.]+) y la de Gemma sigue en (?P<gemma>[\d.]+); una ganancia de "
+        r"Gemma que el entrenamiento había llevado a 1.5 ha vuelto a (?P<trained>[\d.]+)",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00011",
+        _DECAY,
+    ),
+    (
+        "theory/08_training.md",
+        r"medians of (?P<running>[\d.]+) with the running averages, (?P<exact>[\d.]+) with the "
+        r"exact statistics and (?P<own>[\d.]+) on the training images",
+        "notebooks/08_training.ipynb",
+        "a1b2c3d7",
+        _BATCH_OF_TWO,
+    ),
+    (
+        "es/theory/08_training.md",
+        r"medianas de (?P<running>[\d.]+) con las medias móviles, (?P<exact>[\d.]+) con los "
+        r"estadísticos exactos y (?P<own>[\d.]+) en las imágenes de entrenamiento",
+        "notebooks/08_training.ipynb",
+        "a1b2c3d7",
+        _BATCH_OF_TWO,
+    ),
+]
+
 
 def stored_output(notebook: str, cell_id: str) -> str:
     cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
