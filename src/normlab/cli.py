@@ -150,7 +150,9 @@ def _grade(args) -> int:
         print(f"normlab grade: {inert.text(error)}", file=sys.stderr)
         return 2
     # Every run says how it isolated the submissions (and each result records it).
-    print(f"normlab grade: isolation: {isolation.description}", file=sys.stderr)
+    from normlab.grader import report
+
+    print(report.isolation_line(isolation.description, args.lang), file=sys.stderr)
     cache_path = _cache_path(args)
     fingerprint = grader_fingerprint(settings, args.extra_checks) + isolation.description
     cache = ResultCache(cache_path, fingerprint, args.force)
@@ -186,11 +188,8 @@ def _grade(args) -> int:
         _shard_json(results, args.shard, total, positions, args.lang) if shard else None,
     )
     elapsed = time.monotonic() - started
-    print(
-        f"graded {counts['graded']} notebook(s), reused {counts['reused']} unchanged from the "
-        f"cache, in {elapsed:.1f} s",
-        file=sys.stderr,
-    )
+    line = report.graded_line(results, counts["graded"], counts["reused"], elapsed, args.lang)
+    print(line, file=sys.stderr)
     return 0
 
 
