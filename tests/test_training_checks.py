@@ -6,8 +6,9 @@ import functools
 
 import numpy as np
 import pytest
-from conftest import lab_results, told
+from conftest import lab_results, messages, solution_namespace, told
 
+from normlab.grader import i18n
 from normlab.grader.checks import training as tr
 
 HINTS = {
@@ -200,7 +201,7 @@ def test_each_bug_fails_with_its_probe_hint(bug):
 
 
 def test_every_probe_has_a_bug_here():
-    assert set(BUGS.values()) == set(HINTS)
+    assert set(BUGS.values()) | set(SOLUTION_MISTAKES) == set(HINTS)
 
 
 def test_a_bug_no_probe_names_still_fails():
@@ -271,3 +272,79 @@ def test_the_digits_split_is_fixed_and_uses_every_image_once():
     assert sorted(map(bytes, pooled)) == sorted(map(bytes, images))  # a permutation of all
     assert pooled.min() == 0 and pooled.max() == 1
     assert not np.array_equal(load_split(1)["test"][0], split["test"][0])
+
+
+# ----------------------------------------------------------------------------- the solution, changed
+# Each mistake written as a change of the solution notebook's own code, checked as the lab's
+# check cell checks it: check(function), that function's checks only.
+
+STEP_FIRST = """        _, running_mean, running_var = batchnorm_forward(
+            xb @ params[0], params[1], params[2], running_mean, running_var, True
+        )
+        loss, *grads = net_forward_backward(xb, yb, *params, norm="batch")
+        for i, grad in enumerate(grads):
+            params[i], velocities[i] = net_sgd_step(params[i], grad, velocities[i], lr, momentum)
+"""
+STATISTICS_AFTER = """        loss, *grads = net_forward_backward(xb, yb, *params, norm="batch")
+        for i, grad in enumerate(grads):
+            params[i], velocities[i] = net_sgd_step(params[i], grad, velocities[i], lr, momentum)
+        _, running_mean, running_var = batchnorm_forward(
+            xb @ params[0], params[1], params[2], running_mean, running_var, True
+        )
+"""
+
+SOLUTION_MISTAKES = {
+    "running statistics after the step": ("net_train", (STEP_FIRST, STATISTICS_AFTER)),
+    "BatchNorm momentum reversed": (
+        "net_train",
+        (
+            "running_mean, running_var, True\n        )",
+            "running_mean, running_var, True, momentum=0.9\n        )",
+        ),
+    ),
+    "eval mode without eps": (
+        "net_predict",
+        ("running_mean, running_var, False)[0]", "running_mean, running_var, False, eps=0.0)[0]"),
+    ),
+}
+
+
+@pytest.mark.parametrize("probe", sorted(SOLUTION_MISTAKES))
+def test_a_mistake_in_the_solution_gets_its_why_in_both_languages(probe):
+    function, change = SOLUTION_MISTAKES[probe]
+    namespace = solution_namespace("08_training", replace=change)
+    results = run(**{function: namespace[function]})
+    assert all(function in check.uses for check in tr.LAB.checks if check.name in names(results))
+    bad = [r for r in results if not r.passed]
+    assert bad and all(HINTS[probe] in told(results, r.name) for r in bad), messages(results)
+    for result in bad:
+        assert i18n.translation(result.message, i18n.catalog("es"))[1] == []
+
+
+def test_net_train_with_a_wrong_sgd_step_names_it_first():
+    # net_train is right; the net_sgd_step it calls dampens the velocity. check(net_train) shows
+    # net_train's check only, and its first line sends the learner to net_sgd_step.
+    change = (
+        "new_velocity = momentum * velocity + grad",
+        "new_velocity = momentum * velocity + (1 - momentum) * grad",
+    )
+    namespace = solution_namespace("08_training", replace=change)
+    (result,) = run(net_train=namespace["net_train"])
+    assert not result.passed
+    first = result.message.split("\n")[0]
+    assert first == (
+        "Fix `net_sgd_step` first: it fails its own check, "
+        "“SGD with momentum: one step as torch.optim.SGD”."
+    )
+    spanish = i18n.translation(result.message, i18n.catalog("es"))
+    assert spanish[1] == [] and spanish[0].startswith("Corrige primero `net_sgd_step`")
+
+
+def test_net_train_wrong_on_its_own_names_no_other_function():
+    results = run(**make_model(same_batch=True))
+    (train,) = [r for r in results if not r.passed]
+    assert "Fix `" not in train.message and HINTS["the same batch every step"] in train.message
+
+
+def names(results) -> list[str]:
+    return [r.name for r in results]

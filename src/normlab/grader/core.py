@@ -188,6 +188,10 @@ class Check:
     uses: tuple[str, ...]
     #: the seed of the generator the function is given, when it is declared with one
     seed: int | None = None
+    #: the lab's other graded names that the checked function itself calls (``net_train`` calls
+    #: ``net_sgd_step``): when this check fails and one of them fails its own check, the
+    #: message names that one first
+    needs: tuple[str, ...] = ()
 
 
 def _seeded(function, seed: int) -> Callable[[Submission], None]:
@@ -272,7 +276,13 @@ class Lab:
         )
 
     def check(
-        self, name: str | None = None, *, points: int, uses: Sequence[str], seed: int | None = None
+        self,
+        name: str | None = None,
+        *,
+        points: int,
+        uses: Sequence[str],
+        seed: int | None = None,
+        needs: Sequence[str] = (),
     ):
         """Decorator that registers a check function on this lab.
 
@@ -281,6 +291,8 @@ class Lab:
         names a test. ``uses`` are the learner's names the check calls. ``seed``: the function
         is called as ``function(sub, rng)`` with a new ``np.random.default_rng(seed)`` each
         time, so that a check's inputs are declared in its header and every run draws the same.
+        ``needs``: the lab's graded names that the checked function calls in turn (see
+        :func:`name_failing_needs`).
         """
 
         def register(function):
@@ -291,7 +303,7 @@ class Lab:
                     "give it a docstring (docstrings are gone under python -OO: run without it)"
                 )
             called = function if seed is None else _seeded(function, seed)
-            self.checks.append(Check(title, points, called, tuple(uses), seed))
+            self.checks.append(Check(title, points, called, tuple(uses), seed, tuple(needs)))
             return function
 
         return register
@@ -391,7 +403,58 @@ def run_checks(
     """Run the lab's checks (only those that use ``names``, if given) in order."""
     guarded = ForbiddenGuard(submission, lab)
     selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
-    return say_reasons_once([run_check(check, guarded) for check in selected])
+    results = [run_check(check, guarded) for check in selected]
+    return say_reasons_once(name_failing_needs(lab, guarded, selected, results))
+
+
+# The first line of a failed check whose function calls another graded function that fails its
+# own check: the wrong answer may be that function's, and the learner should fix it first.
+FIX_FIRST = "Fix `{name}` first: it fails its own check, “{check}”."
+
+
+def name_failing_needs(
+    lab: Lab, submission: Submission, checks: Sequence[Check], results: list[CheckResult]
+) -> list[CheckResult]:
+    """The results, each failed one first naming the functions it ``needs`` that fail their own
+    checks (``FIX_FIRST``).
+
+    ``net_train`` that steps with a wrong ``net_sgd_step`` fails with "max abs error 0.622",
+    which says nothing of where the error is; its check, declared with
+    ``needs=["net_sgd_step"]``, then begins "Fix `net_sgd_step` first: it fails its own check,
+    “SGD with momentum: ...”". A needed name's own checks are those of the lab that use it and
+    nothing the submission lacks; a result already computed in this run is reused, and the
+    others run only when a check that needs them has failed (in ``check(net_train)``, the
+    notebook hands the learner's ``net_sgd_step`` over for this alone).
+    """
+    verdicts = {id(check): result for check, result in zip(checks, results, strict=True)}
+    failing: dict[str, Check | None] = {}
+
+    def first_failing(name: str) -> Check | None:
+        if name not in failing:
+            failing[name] = None
+            if submission.has(name):
+                for own in lab.checks:
+                    if name not in own.uses or not all(submission.has(u) for u in own.uses):
+                        continue
+                    if id(own) not in verdicts:
+                        verdicts[id(own)] = run_check(own, submission)
+                    if not verdicts[id(own)].passed:
+                        failing[name] = own
+                        break
+        return failing[name]
+
+    named = []
+    for check, result in zip(checks, results, strict=True):
+        lines = []
+        if not result.passed and not result.internal:
+            for name in check.needs:
+                own = first_failing(name)
+                if own is not None and own is not check:
+                    lines.append(FIX_FIRST.format(name=name, check=own.name))
+        if lines:
+            result = dataclasses.replace(result, message="\n".join([*lines, result.message]))
+        named.append(result)
+    return named
 
 
 # A reason line of a message ("Why: ...", "Or: ...", "Hint: ..."), and what replaces one that an

@@ -273,7 +273,9 @@ def _train_variant(sgd="pytorch", statistics="pytorch", same_batch=False):
 
     Args:
         sgd: "pytorch" or "no momentum" (plain SGD: momentum ignored).
-        statistics: "pytorch", "biased" (running_var averages the biased variance) or "none".
+        statistics: "pytorch", "biased" (running_var averages the biased variance), "none",
+            "after step" (the statistics of z = x @ W1 with W1 after the step) or "reversed"
+            (running <- momentum * running + (1 - momentum) * batch).
         same_batch: every step trains on the first batch.
     """
 
@@ -292,19 +294,18 @@ def _train_variant(sgd="pytorch", statistics="pytorch", same_batch=False):
             h = F.batch_norm(z, None, None, g, b, training=True, eps=EPS)
             loss = F.cross_entropy(h.clamp(min=0) @ w2 + c, torch.as_tensor(yb).long())
             loss.backward()
-            zn = z.detach().numpy()
-            ddof = 0 if statistics == "biased" else 1
-            if statistics != "none":
-                running_mean = (1 - BN_MOMENTUM) * running_mean + BN_MOMENTUM * zn.mean(axis=0)
-                running_var = (1 - BN_MOMENTUM) * running_var + BN_MOMENTUM * zn.var(
-                    axis=0, ddof=ddof
-                )
             mu = 0.0 if sgd == "no momentum" else momentum
             with torch.no_grad():
                 for p, v in zip(params, velocities, strict=True):
                     v.mul_(mu).add_(p.grad)
                     p.sub_(lr * v)
                     p.grad = None
+            zn = (tensor64(xb) @ w1 if statistics == "after step" else z).detach().numpy()
+            ddof = 0 if statistics == "biased" else 1
+            new = 1 - BN_MOMENTUM if statistics == "reversed" else BN_MOMENTUM
+            if statistics != "none":
+                running_mean = (1 - new) * running_mean + new * zn.mean(axis=0)
+                running_var = (1 - new) * running_var + new * zn.var(axis=0, ddof=ddof)
             losses.append(float(loss.detach()))
         trained = (p.detach().numpy() for p in params)
         return np.array(losses), running_mean, running_var, *trained
@@ -334,6 +335,22 @@ TRAIN_PROBES = [
         _train_variant(statistics="none"),
     ),
     Probe(
+        "running statistics after the step",
+        "The losses and weights are right, but running_mean and running_var match the "
+        "statistics of z = x @ W1 computed with W1 after the step: the running averages must "
+        "hold the statistics the batch was normalized with during the forward pass. Call "
+        "batchnorm_forward on the batch before net_sgd_step changes W1.",
+        _train_variant(statistics="after step"),
+    ),
+    Probe(
+        "BatchNorm momentum reversed",
+        "running_mean and running_var match running <- 0.1 * running + 0.9 * batch: the "
+        "momentum is reversed. In PyTorch's convention momentum = 0.1 is the weight of the NEW "
+        "batch statistic: running <- (1 - momentum) * running + momentum * batch (Keras's "
+        "momentum = 0.99 weighs the old value).",
+        _train_variant(statistics="reversed"),
+    ),
+    Probe(
         "the same batch every step",
         "These losses match training on the first batch at every step. Step t trains on rows "
         "t * batch_size to (t + 1) * batch_size.",
@@ -354,6 +371,8 @@ def _predict_variant(kind):
             h = F.batch_norm(z, None, None, g, b, training=True, eps=EPS)
         elif kind == "no square root":
             h = g * (z - tensor64(running_mean)) / (tensor64(running_var) + EPS) + b
+        elif kind == "no eps":
+            h = g * (z - tensor64(running_mean)) / tensor64(running_var).sqrt() + b
         else:
             raise ValueError(kind)
         return (h.clamp(min=0) @ tensor64(W2) + tensor64(b2)).numpy()
@@ -373,6 +392,13 @@ PREDICT_PROBES = [
         "running variance without the square root",
         "This divides by running_var + eps instead of sqrt(running_var + eps).",
         _predict_variant("no square root"),
+    ),
+    Probe(
+        "eval mode without eps",
+        "This divides by sqrt(running_var) without eps: training normalized with "
+        "sqrt(var + eps), so eval mode must use the same eps, sqrt(running_var + eps), or a "
+        "feature with a small running variance is scaled differently from how it trained.",
+        _predict_variant("no eps"),
     ),
 ]
 
@@ -454,7 +480,7 @@ def sgd_step(sub, rng):
     SGD.expect(sub, Args(param, grad, velocity, 0.3, 0.9), what="lr = 0.3 and momentum = 0.9")
 
 
-@LAB.check(points=3, uses=["net_train"], seed=84)
+@LAB.check(points=3, uses=["net_train"], seed=84, needs=["net_forward_backward", "net_sgd_step"])
 def train_k_steps(sub, rng):
     """5 training steps: losses, running statistics and weights match PyTorch"""
     for lr, momentum, steps, batch_size in [(0.5, 0.9, 5, 6), (0.2, 0.5, 3, 8)]:
