@@ -94,8 +94,8 @@ RIGHT = {
     "lowp_rmsnorm_bf16": rmsnorm_bf16,
     "lowp_layernorm_bf16": layernorm_bf16,
     "lowp_merge": merge,
-    "LOWP_ONEPASS_ANSWER": "b",
-    "LOWP_GAIN_ANSWER": "c",
+    "LOWP_ONEPASS_ANSWER": "a",
+    "LOWP_GAIN_ANSWER": "d",
 }
 
 
@@ -444,7 +444,7 @@ def test_the_merge_oracle_agrees_with_the_whole_data():
 # ----------------------------------------------------------------------------- practice problems
 
 
-@pytest.mark.parametrize("name, key", [("LOWP_ONEPASS_ANSWER", "b"), ("LOWP_GAIN_ANSWER", "c")])
+@pytest.mark.parametrize("name, key", [("LOWP_ONEPASS_ANSWER", "a"), ("LOWP_GAIN_ANSWER", "d")])
 def test_each_wrong_letter_gets_its_misconception(name, key):
     why = lp.LOWP_ONEPASS_WHY if name == "LOWP_ONEPASS_ANSWER" else lp.LOWP_GAIN_WHY
     assert sorted(why) == sorted(set("abcd") - {key})

@@ -127,9 +127,9 @@ RIGHT = {
     "qknorm_grads": qk_grads(),
     "policy_rmsnorm_bf16": policy(),
     "sublayer_output": sublayer_with(),
-    "QK_BOUND_ANSWER": "b",
+    "QK_BOUND_ANSWER": "a",
     "DECAY_ANSWER": "(c) towards 0 and towards 1",
-    "NGPT_ANSWER": "B",
+    "NGPT_ANSWER": "D",
 }
 
 
@@ -258,7 +258,7 @@ def test_a_peri_bug_fails_only_the_peri_check():
     [
         ("QK_BOUND_ANSWER", "c", lab.QK_BOUND_WHY["c"]),
         ("DECAY_ANSWER", "b", lab.DECAY_WHY["b"]),
-        ("NGPT_ANSWER", "(d)", lab.NGPT_WHY["d"]),
+        ("NGPT_ANSWER", "(b)", lab.NGPT_WHY["b"]),
     ],
 )
 def test_a_wrong_letter_gets_its_misconception(name, wrong, why):

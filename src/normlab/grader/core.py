@@ -260,6 +260,10 @@ class Lab:
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
     #: (module, make target): an optional extra the lab's code needs (lab 11: Triton)
     extra: tuple[str, str] | None = None
+    #: learner names an earlier lab owns, which this lab grades too on what it uses of them
+    #: (lab 08's network calls lab 02's ``batchnorm_forward`` on (N, H) features):
+    #: ``check(batchnorm_forward)`` finds the owner, ``check(..., lab="08_training")`` this lab
+    borrowed: tuple[str, ...] = ()
 
     def missing_extra(self) -> str:
         """Why this lab cannot be graded here ("" when it can): its optional extra is absent."""

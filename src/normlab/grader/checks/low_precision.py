@@ -681,7 +681,7 @@ def merge_halves(sub, rng):
 # ----------------------------------------------------------------------------- practice problems
 
 LOWP_ONEPASS_WHY = {
-    "a": (
+    "b": (
         "float32 has enough bits for the values themselves; what is lost is the difference of "
         "two numbers near c**2 = 1e8, where float32's spacing is 8, far larger than the "
         "variance 1 being computed."
@@ -707,7 +707,7 @@ LOWP_GAIN_WHY = {
         "The 7 fraction bits are relative to the value: near 1e-3 the spacing is 2**-17, about "
         "8e-6, so the offset w keeps an update of 1e-3; only the gain stored as is loses it."
     ),
-    "d": (
+    "c": (
         "Rounding 1 + w in the forward pass is another matter: the stored w keeps adding up the "
         "updates, while a stored gain of 1 never moves."
     ),
@@ -719,7 +719,7 @@ choice(
     "problem 1: the one-pass variance at an offset of 1e4 (multiple choice)",
     points=1,
     name="LOWP_ONEPASS_ANSWER",
-    key="b",
+    key="a",
     hint="Compare the size of the variance with float32's spacing near mean(x**2).",
     why=LOWP_ONEPASS_WHY,
 )
@@ -730,7 +730,7 @@ choice(
     "problem 2: a bfloat16 gain near 1 (multiple choice)",
     points=1,
     name="LOWP_GAIN_ANSWER",
-    key="c",
+    key="d",
     hint="Find bfloat16's spacing near 1 and near 1e-3, and compare each with the update.",
     why=LOWP_GAIN_WHY,
 )

@@ -620,7 +620,7 @@ def sublayer_scaled(sub):
 # ----------------------------------------------------------------------------- practice problems
 
 QK_BOUND_WHY = {
-    "a": "1 would hold if q and k were unit vectors and there were no 1/sqrt(head_dim): RMSNorm "
+    "b": "1 would hold if q and k were unit vectors and there were no 1/sqrt(head_dim): RMSNorm "
     "gives each vector length sqrt(head_dim), not 1.",
     "c": "64 is q_hat . k_hat before the division: the scores are divided by sqrt(head_dim) = 8.",
     "d": "The norm fixes each vector's length whatever q and k were, so the score cannot grow "
@@ -633,7 +633,7 @@ choice(
     "problem 1: the largest attention logit under QK-norm (multiple choice)",
     points=1,
     name="QK_BOUND_ANSWER",
-    key="b",
+    key="a",
     hint="Find the length of an RMS-normalized vector of head_dim coordinates, then bound "
     "the dot product of two of them (Cauchy-Schwarz) and divide by sqrt(head_dim).",
     why=QK_BOUND_WHY,
@@ -665,10 +665,10 @@ choice(
 NGPT_WHY = {
     "a": "nGPT has no LayerNorm or RMSNorm layers: it normalizes the vectors themselves, the "
     "hidden states and the rows of the weight matrices, to length 1.",
+    "b": "nGPT's hidden state is renormalized after every update, so its length stays 1 "
+    "through depth instead of growing like a Pre-LN residual stream.",
     "c": "The weights are normalized too, not only the hidden states: every embedding and every "
     "row of the attention and MLP matrices lies on the unit sphere.",
-    "d": "nGPT's hidden state is renormalized after every update, so its length stays 1 "
-    "through depth instead of growing like a Pre-LN residual stream.",
 }
 
 
@@ -677,7 +677,7 @@ choice(
     "problem 3: what the normalized transformer keeps on the unit sphere (multiple choice)",
     points=1,
     name="NGPT_ANSWER",
-    key="b",
+    key="d",
     hint="Reread the chapter's section on nGPT: which vectors does it normalize, and after "
     "which step?",
     why=NGPT_WHY,
