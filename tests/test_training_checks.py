@@ -445,3 +445,12 @@ def test_the_digits_cell_catches_batch_statistics_at_test_time():
     right = solution_namespace("08_training")
     _digits_cell(right)
     assert right["accuracy"]["eval mode"] - right["accuracy"]["train mode"] > 0.2
+
+
+def test_a_function_not_written_yet_sends_the_learner_nowhere_else():
+    def not_yet(*args, **kwargs):
+        raise NotImplementedError
+
+    results = run(**dict(make_model(dampened=True), net_train=not_yet))
+    (train,) = [r for r in results if r.name.startswith("5 training steps")]
+    assert train.message == "`net_train` is not implemented yet"

@@ -213,6 +213,9 @@ class CheckResult:
     message: str
     #: the check itself failed (a grader bug), not the answer; not part of the JSON
     internal: bool = dataclasses.field(default=False, compare=False)
+    #: no answer to grade: a function the check calls is not written or not defined yet;
+    #: not part of the JSON
+    unanswered: bool = dataclasses.field(default=False, compare=False)
     #: the names of the probes (known misconceptions) a failed answer matched, in the order of
     #: the message's ``Why:``/``Or:`` lines; empty for a pass or an unexplained failure
     probes: tuple[str, ...] = ()
@@ -388,7 +391,8 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
             message += "\n" + failure.detail
         if hint:
             message += f"\nWhy: {hint}"
-        return CheckResult(check.name, 0, check.points, False, message)
+        unanswered = isinstance(failure, (NotImplementedYet, MissingName))
+        return CheckResult(check.name, 0, check.points, False, message, unanswered=unanswered)
     except Exception as error:  # a bug in the check itself: say so, loudly, not "wrong answer"
         return CheckResult(
             check.name,
@@ -420,7 +424,7 @@ def name_failing_needs(
     lab: Lab, submission: Submission, checks: Sequence[Check], results: list[CheckResult]
 ) -> list[CheckResult]:
     """The results, each failed one first naming the functions it ``needs`` that fail their own
-    checks (``FIX_FIRST``).
+    checks (``FIX_FIRST``); a check that had no answer to grade (not written yet) names none.
 
     ``net_train`` that steps with a wrong ``net_sgd_step`` fails with "max abs error 0.622",
     which says nothing of where the error is; its check, declared with
@@ -450,7 +454,7 @@ def name_failing_needs(
     named = []
     for check, result in zip(checks, results, strict=True):
         lines = []
-        if not result.passed and not result.internal:
+        if not (result.passed or result.internal or result.unanswered):
             for name in check.needs:
                 own = first_failing(name)
                 if own is not None and own is not check:
