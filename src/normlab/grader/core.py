@@ -192,6 +192,10 @@ class Check:
     uses: tuple[str, ...]
     #: the seed of the generator the function is given, when it is declared with one
     seed: int | None = None
+    #: the lab's other graded names that the checked function itself calls (``net_train`` calls
+    #: ``net_sgd_step``): when this check fails and one of them fails its own check, the
+    #: message names that one first
+    needs: tuple[str, ...] = ()
 
 
 def _seeded(function, seed: int) -> Callable[[Submission], None]:
@@ -213,6 +217,9 @@ class CheckResult:
     message: str
     #: the check itself failed (a grader bug), not the answer; not part of the JSON
     internal: bool = dataclasses.field(default=False, compare=False)
+    #: no answer to grade: a function the check calls is not written or not defined yet;
+    #: not part of the JSON
+    unanswered: bool = dataclasses.field(default=False, compare=False)
     #: the names of the probes (known misconceptions) a failed answer matched, in the order of
     #: the message's ``Why:``/``Or:`` lines; empty for a pass or an unexplained failure
     probes: tuple[str, ...] = ()
@@ -260,6 +267,10 @@ class Lab:
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
     #: (module, make target): an optional extra the lab's code needs (lab 11: Triton)
     extra: tuple[str, str] | None = None
+    #: learner names an earlier lab owns, which this lab grades too on what it uses of them
+    #: (lab 08's network calls lab 02's ``batchnorm_forward`` on (N, H) features):
+    #: ``check(batchnorm_forward)`` finds the owner, ``check(..., lab="08_training")`` this lab
+    borrowed: tuple[str, ...] = ()
 
     def missing_extra(self) -> str:
         """Why this lab cannot be graded here ("" when it can): its optional extra is absent."""
@@ -276,7 +287,13 @@ class Lab:
         )
 
     def check(
-        self, name: str | None = None, *, points: int, uses: Sequence[str], seed: int | None = None
+        self,
+        name: str | None = None,
+        *,
+        points: int,
+        uses: Sequence[str],
+        seed: int | None = None,
+        needs: Sequence[str] = (),
     ):
         """Decorator that registers a check function on this lab.
 
@@ -285,6 +302,8 @@ class Lab:
         names a test. ``uses`` are the learner's names the check calls. ``seed``: the function
         is called as ``function(sub, rng)`` with a new ``np.random.default_rng(seed)`` each
         time, so that a check's inputs are declared in its header and every run draws the same.
+        ``needs``: the lab's graded names that the checked function calls in turn (see
+        :func:`name_failing_needs`).
         """
 
         def register(function):
@@ -295,7 +314,7 @@ class Lab:
                     "give it a docstring (docstrings are gone under python -OO: run without it)"
                 )
             called = function if seed is None else _seeded(function, seed)
-            self.checks.append(Check(title, points, called, tuple(uses), seed))
+            self.checks.append(Check(title, points, called, tuple(uses), seed, tuple(needs)))
             return function
 
         return register
@@ -380,7 +399,10 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
         if hint:
             message += f"\nWhy: {hint}"
         probes = (name,) if hint else ()
-        return CheckResult(check.name, 0, check.points, False, message, probes=probes)
+        unanswered = isinstance(failure, (NotImplementedYet, MissingName))
+        return CheckResult(
+            check.name, 0, check.points, False, message, probes=probes, unanswered=unanswered
+        )
     except Exception as error:  # a bug in the check itself: say so, loudly, not "wrong answer"
         return CheckResult(
             check.name,
@@ -399,7 +421,58 @@ def run_checks(
     """Run the lab's checks (only those that use ``names``, if given) in order."""
     guarded = ForbiddenGuard(submission, lab)
     selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
-    return say_reasons_once([run_check(check, guarded) for check in selected])
+    results = [run_check(check, guarded) for check in selected]
+    return say_reasons_once(name_failing_needs(lab, guarded, selected, results))
+
+
+# The first line of a failed check whose function calls another graded function that fails its
+# own check: the wrong answer may be that function's, and the learner should fix it first.
+FIX_FIRST = "Fix `{name}` first: it fails its own check, “{check}”."
+
+
+def name_failing_needs(
+    lab: Lab, submission: Submission, checks: Sequence[Check], results: list[CheckResult]
+) -> list[CheckResult]:
+    """The results, each failed one first naming the functions it ``needs`` that fail their own
+    checks (``FIX_FIRST``); a check that had no answer to grade (not written yet) names none.
+
+    ``net_train`` that steps with a wrong ``net_sgd_step`` fails with "max abs error 0.622",
+    which says nothing of where the error is; its check, declared with
+    ``needs=["net_sgd_step"]``, then begins "Fix `net_sgd_step` first: it fails its own check,
+    “SGD with momentum: ...”". A needed name's own checks are those of the lab that use it and
+    nothing the submission lacks; a result already computed in this run is reused, and the
+    others run only when a check that needs them has failed (in ``check(net_train)``, the
+    notebook hands the learner's ``net_sgd_step`` over for this alone).
+    """
+    verdicts = {id(check): result for check, result in zip(checks, results, strict=True)}
+    failing: dict[str, Check | None] = {}
+
+    def first_failing(name: str) -> Check | None:
+        if name not in failing:
+            failing[name] = None
+            if submission.has(name):
+                for own in lab.checks:
+                    if name not in own.uses or not all(submission.has(u) for u in own.uses):
+                        continue
+                    if id(own) not in verdicts:
+                        verdicts[id(own)] = run_check(own, submission)
+                    if not verdicts[id(own)].passed:
+                        failing[name] = own
+                        break
+        return failing[name]
+
+    named = []
+    for check, result in zip(checks, results, strict=True):
+        lines = []
+        if not (result.passed or result.internal or result.unanswered):
+            for name in check.needs:
+                own = first_failing(name)
+                if own is not None and own is not check:
+                    lines.append(FIX_FIRST.format(name=name, check=own.name))
+        if lines:
+            result = dataclasses.replace(result, message="\n".join([*lines, result.message]))
+        named.append(result)
+    return named
 
 
 # A reason line of a message ("Why: ...", "Or: ...", "Hint: ..."), and what replaces one that an
