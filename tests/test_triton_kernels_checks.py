@@ -29,8 +29,8 @@ def results(replace=None, names=None):
     ``replace=(old, new)`` applied to its source first."""
     from normlab.grader import core, notebook
 
-    objects = GRADED(solution_namespace(STEM, replace=replace))
-    guarded = core.ForbiddenGuard(notebook.InProcessSubmission(objects, lab.LAB.forbidden), lab.LAB)
+    objects = GRADED(solution_namespace(STEM, replace=replace, sources=True))
+    guarded = core.ForbiddenGuard(notebook.submission_for(lab.LAB, objects), lab.LAB)
     chosen = [c for c in lab.LAB.checks if names is None or any(n in c.name for n in names)]
     return [core.run_check(check, guarded) for check in chosen]
 
@@ -115,6 +115,17 @@ BUGS = {
         "_rms_fwd_kernel[(M,)](x, weight, y, rstd, N, eps, BLOCK=triton.next_power_of_2(N))",
         "y.zero_()\n    _rms_fwd_kernel[(M,)](x, weight, y, rstd, N, eps, "
         "BLOCK=max(1, triton.next_power_of_2(N) // 2))",
+        "RMSNorm forward kernel, float32",
+    ),
+    "masked lanes not zeroed": (
+        "centred = tl.where(inside, x - mean, 0.0)",
+        "centred = x - mean",
+        "LayerNorm forward kernel, float32",
+    ),
+    "output left unwritten": (
+        "tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=inside)\n"
+        "    tl.store(RSTD + row, rstd)",
+        "tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=inside)",
         "RMSNorm forward kernel, float32",
     ),
     "eps misplaced": (

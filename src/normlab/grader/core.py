@@ -256,6 +256,9 @@ class Lab:
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
     #: (module, make target): an optional extra the lab's code needs (lab 11: Triton)
     extra: tuple[str, str] | None = None
+    #: a second process the checks call into, which runs the grader's code on pieces of the
+    #: notebook's source (lab 11: its kernels, launched by the grader): ``Companion``
+    companion: Companion | None = None
 
     def missing_extra(self) -> str:
         """Why this lab cannot be graded here ("" when it can): its optional extra is absent."""
@@ -307,6 +310,44 @@ class Lab:
     @property
     def max_score(self) -> int:
         return sum(c.points for c in self.checks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Companion:
+    """The grader's own code, run beside a submission on pieces of its source.
+
+    A check calls ``names`` as it calls the learner's functions; they are answered by a
+    submission of their own: in ``normlab grade`` a second process, like the notebook's, whose
+    cells are ``cells(the notebook's code cells)`` (the grader's code, with the learner's
+    source as data), in which no cell of the notebook ran; in ``check()`` the objects
+    ``objects(what check() was given)``.
+    """
+
+    names: tuple[str, ...]
+    cells: Callable[[list[str]], list[str]]
+    objects: Callable[[dict], dict]
+
+
+class WithCompanion(Submission):
+    """A submission whose companion's names are answered by the companion."""
+
+    def __init__(self, inner: Submission, companion: Submission, names: Sequence[str]):
+        self.inner, self.companion, self.routed = inner, companion, frozenset(names)
+
+    def _for(self, name: str) -> Submission:
+        return self.companion if name in self.routed else self.inner
+
+    def has(self, name):
+        return self._for(name).has(name)
+
+    def get(self, name):
+        return self._for(name).get(name)
+
+    def call(self, name, *args, **kwargs):
+        return self._for(name).call(name, *args, **kwargs)
+
+    def static_forbidden(self, name, forbidden):
+        return self._for(name).static_forbidden(name, forbidden)
 
 
 class ForbiddenGuard(Submission):
