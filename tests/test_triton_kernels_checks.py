@@ -9,9 +9,11 @@ changed solution, so every wrapper and adapter after it uses the buggy kernel. W
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import nbformat
 import pytest
-from conftest import missing_extra, solution_namespace
+from conftest import ROOT, missing_extra, solution_namespace
 
 if not os.environ.get("CUDA_VISIBLE_DEVICES_FOR_TESTS"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -185,16 +187,188 @@ def _all_sources():
     return definition_cells(STEM)
 
 
-def test_a_wrapper_of_torch_operations_earns_no_kernel_points():
-    old = _solution_cell("def tri_rmsnorm_forward(")
-    wrapper = """
+# ----------------------------------------------------------------------------- forgeries
+
+# Wrappers that compute the answer with torch operations (what a forgery needs for its wrappers).
+TORCH_WRAPPERS = """
 def tri_rmsnorm_forward(x, weight, eps):
+    LAUNCH_RMS
     xf = x.float()
-    rstd = 1.0 / (xf.pow(2).mean(-1) + eps).sqrt()
+    rstd = (xf.pow(2).mean(-1) + eps).rsqrt()
     return (xf * rstd[:, None] * weight).to(x.dtype), rstd
+
+
+def tri_rmsnorm_backward(dy, x, weight, rstd):
+    xf, g = x.float(), dy.float() * weight
+    xhat = xf * rstd[:, None]
+    dx = rstd[:, None] * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+    return dx.to(x.dtype), (dy.float() * xhat).sum(0)
+
+
+def tri_layernorm_forward(x, weight, bias, eps):
+    xf = x.float()
+    mean = xf.mean(-1)
+    rstd = (((xf - mean[:, None]) ** 2).mean(-1) + eps).rsqrt()
+    return ((xf - mean[:, None]) * rstd[:, None] * weight + bias).to(x.dtype), mean, rstd
+
+
+def tri_layernorm_backward(dy, x, weight, mean, rstd):
+    xf, g = x.float(), dy.float() * weight
+    xhat = (xf - mean[:, None]) * rstd[:, None]
+    dx = rstd[:, None] * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    return dx.to(x.dtype), (dy.float() * xhat).sum(0), dy.float().sum(0)
 """
-    start = old.index("def tri_rmsnorm_forward(")
-    end = old.index("### END SOLUTION", start) + len("### END SOLUTION")
-    res = results(replace=(old[start:end], wrapper.strip()), names=["RMSNorm forward kernel"])
-    assert res and not any(r.passed for r in res)
-    assert all("no @triton.jit kernel was launched" in r.message for r in res)
+# The issue's forgery: every Triton launch raises, and the old adapter's launch count is forged.
+FORGED_LAUNCHES = """
+from triton.runtime import interpreter, jit
+
+
+def _refuse(self, *args, **kwargs):
+    raise RuntimeError("no launches here")
+
+
+interpreter.InterpretedFunction.run = jit.JITFunction.run = _refuse
+_old_tri_call = tri_call
+
+
+def tri_call(name, dtype, *args):
+    *outputs, dtypes = _old_tri_call(name, dtype, *args)
+    return (*outputs, max(0, 1), dtypes)  # the count the old grader trusted
+"""
+NOOP_LAUNCH = "_rms_fwd_kernel[(x.shape[0],)](x, weight, x, weight, 1, eps, BLOCK=1)"
+# A kernel that computes through the interpreter's NumPy data instead of Triton's language.
+ESCAPING_RMS = """@triton.jit
+def _rms_fwd_kernel(X, W, Y, RSTD, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * N + cols, mask=cols < N, other=0.0)
+    data = x.handle.data
+    tl.store(RSTD + row, 1.0 / (data * data).mean() ** 0.5)"""
+
+
+def _kernels_emptied(source: str) -> str:
+    """Every @triton.jit function of a cell with its body replaced by `pass`."""
+    kernels = [i for i in range(len(source)) if source.startswith("@triton.jit\ndef ", i)]
+    for begin in reversed(kernels):
+        start = source.index("    ### BEGIN SOLUTION", begin)
+        end = source.index("### END SOLUTION", start) + len("### END SOLUTION")
+        source = source[:start] + "    pass  # emptied" + source[end:]
+    return source
+
+
+FORGERIES = {
+    # no kernel computes; wrappers in torch; every launch refused; the launch count forged
+    "forged": (True, TORCH_WRAPPERS.replace("LAUNCH_RMS", "pass") + FORGED_LAUNCHES),
+    # the lab's tri_call; each wrapper launches an empty kernel, then computes with torch
+    "noop": (True, TORCH_WRAPPERS.replace("LAUNCH_RMS", NOOP_LAUNCH)),
+    # the worked solution, but the RMSNorm forward kernel computes with the interpreter's NumPy
+    "escape": (False, None),
+}
+#: (kernel points, total) each forgery scores: the 15 kernel points are the 11 checks that
+#: launch kernels; the bytes (4) and multiple-choice (2) answers are the solution's
+KERNEL_CHECKS = {c.name for c in lab.LAB.checks if not c.name.startswith(("bytes", "problem"))}
+EXPECTED = {"forged": (0, 6), "noop": (0, 6), "escape": (11, 17), "solution": (15, 21)}
+
+
+def forgery_cells(kind: str) -> list[str]:
+    """The solution's code cells (check cells included), changed into the forgery ``kind``."""
+    notebook = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    cells = [c.source for c in notebook.cells if c.cell_type == "code"]
+    if kind == "solution":
+        return cells
+    empty, last = FORGERIES[kind]
+    if empty:
+        cells = [_kernels_emptied(c) for c in cells]
+    if kind == "escape":
+        original = _kernel_source("_rms_fwd_kernel")
+        cells = [c.replace(original, ESCAPING_RMS) for c in cells]
+        assert any(ESCAPING_RMS in c for c in cells)
+    return cells + ([last] if last else [])
+
+
+def test_the_forgeries_are_what_they_say():
+    for kind in ("forged", "noop"):
+        cells = forgery_cells(kind)
+        assert sum(c.count("pass  # emptied") for c in cells) == 7, kind
+        assert "### BEGIN SOLUTION\n    row = tl.program_id(0)" not in "".join(cells)
+
+
+def _namespace(cells: list[str]) -> dict:
+    """The cells run as a notebook runs them (their sources in linecache, as in Jupyter), with
+    check() calls left out."""
+    import linecache
+
+    namespace: dict = {"__name__": "__main__"}
+    os.environ.pop("NORMLAB_GRADING", None)
+    for index, source in enumerate(c for c in cells if not c.startswith("check(")):
+        source = "\n".join(line for line in source.splitlines() if not line.startswith("check("))
+        filename = f"<forgery cell {index}>"
+        text = source + "\n"
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def _scores(results) -> tuple[int, int]:
+    kernel = sum(r.points for r in results if r.name in KERNEL_CHECKS)
+    return kernel, sum(r.points for r in results)
+
+
+@pytest.mark.parametrize("kind", ["noop", "escape"])
+def test_a_forgery_earns_no_kernel_point_in_check(kind):
+    """Door 1: check() launches the kernels itself, in the learner's kernel."""
+    from normlab.grader import core, notebook
+
+    namespace = _namespace(forgery_cells(kind))
+    objects = GRADED(namespace)
+    guarded = core.ForbiddenGuard(notebook.submission_for(lab.LAB, objects), lab.LAB)
+    res = [core.run_check(check, guarded) for check in lab.LAB.checks]
+    assert _scores(res) == EXPECTED[kind], [(r.name, r.message[:200]) for r in failed(res)]
+    first = next(r for r in res if r.name.startswith("RMSNorm forward kernel"))
+    if kind == "noop":
+        assert "output left unwritten" in first.probes, first.message
+    else:
+        assert "`_rms_fwd_kernel` uses `.handle`, which is not part of Triton's language" in (
+            first.message
+        )
+
+
+MODES = ["processes", "sandbox"]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def graded_forgeries(request, tmp_path_factory):
+    """`normlab grade` of the solution and the three forgeries, in one isolation mode."""
+    from conftest import grade_json
+
+    from normlab.grader.isolation.sandbox import bwrap_available
+
+    mode = request.param
+    if mode == "sandbox" and not bwrap_available():
+        pytest.skip("bubblewrap is not available here")
+    folder = tmp_path_factory.mktemp(f"forgeries-{mode}")
+    template = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    for kind in EXPECTED:
+        notebook = nbformat.v4.new_notebook(metadata=template.metadata)
+        notebook.cells = [nbformat.v4.new_code_cell(c) for c in forgery_cells(kind)]
+        nbformat.write(notebook, folder / f"{STEM}_{kind}.ipynb")
+    extra = ["--sandbox"] if mode == "sandbox" else ["--no-sandbox"]
+    if mode == "processes" and os.geteuid() == 0:
+        extra.append("--allow-root")
+    code, data, stderr = grade_json(folder, extra=extra)
+    assert code == 0, stderr
+    return {Path(s["path"]).stem.rsplit("_", 1)[-1]: s for s in data["submissions"]}
+
+
+@pytest.mark.isolation
+@pytest.mark.parametrize("kind", list(EXPECTED))
+def test_a_forgery_earns_no_kernel_point_in_grade(graded_forgeries, kind):
+    """Door 2: the kernels are launched in a process where none of the notebook's cells ran;
+    what the notebook does to Triton, or says about its launches, decides nothing."""
+    submission = graded_forgeries[kind]
+    checks = submission["checks"]
+    kernel = sum(c["points"] for c in checks if c["name"] in KERNEL_CHECKS)
+    got = (kernel, submission["score"])
+    assert got == EXPECTED[kind], [
+        (c["name"], c["message"][:200]) for c in checks if not c["passed"]
+    ]

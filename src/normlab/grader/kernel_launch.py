@@ -269,7 +269,15 @@ def refusal(name: str, source: str, kernels: set[str]) -> str:
     )
     nodes = list(ast.walk(function))
     # names first: `np.save` is refused for `np`, not for its attribute
-    nodes.sort(key=lambda node: isinstance(node, ast.Attribute))
+    # then attributes in source order, the innermost first (`x.handle.data`: `.handle`)
+    nodes.sort(
+        key=lambda node: (
+            isinstance(node, ast.Attribute),
+            getattr(node, "lineno", 0),
+            getattr(node, "col_offset", 0),
+            getattr(node, "end_col_offset", 0),
+        )
+    )
     for node in nodes:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return f"`{name}` {REFUSED['import']}"
