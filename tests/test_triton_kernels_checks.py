@@ -179,6 +179,15 @@ def test_bug_is_caught_with_its_hint(probe):
     failing = failed(res)
     assert failing, f"{probe}: the bug passed {check_name}"
     assert any(probe in r.probes for r in failing), [(r.message, r.probes) for r in failing]
+    assert untranslated([r.message for r in failing]) == []
+
+
+def untranslated(messages) -> list[str]:
+    """The lines of ``messages`` that the Spanish catalog leaves in English."""
+    from normlab.grader import i18n
+
+    book = i18n.catalog("es")
+    return [line for m in messages for line in i18n.translation(m, book)[1]]
 
 
 def _all_sources():
@@ -372,3 +381,89 @@ def test_a_forgery_earns_no_kernel_point_in_grade(graded_forgeries, kind):
     assert got == EXPECTED[kind], [
         (c["name"], c["message"][:200]) for c in checks if not c["passed"]
     ]
+
+
+# ----------------------------------------------------------------------------- the launcher itself
+
+ROW = "    row = tl.program_id(0)\n    cols = tl.arange(0, BLOCK)\n"
+# kernel body -> the reason the launch stops (the launcher's own words, checked in Spanish too)
+REFUSED = {
+    "    import numpy\n": "`k` imports a module",
+    "    global Z\n": "`k` declares a global",
+    "    f = lambda v: v\n": "`k` uses a comprehension or lambda",
+    "    def f():\n        pass\n": "`k` defines a function or class inside the kernel",
+    "    with tl:\n        pass\n": "`k` uses Python that Triton does not compile (With)",
+    "    x = np.zeros(3)\n": (
+        "`k` uses `np`, which is not one of its parameters: pass it as an argument (a "
+        "`tl.constexpr` for a constant)"
+    ),
+    "    x = X.__class__\n": "`k` reads the private attribute `__class__`",
+    "    x = tl.load(X).handle\n": "`k` uses `.handle`, which is not part of Triton's language",
+    "    x = tl.core.builtins\n": "`k` uses `tl.core`, which is not part of Triton's language",
+    "    tl = 1\n": "`k` assigns to `tl`, a name of the language",
+    ROW + "    tl.store(X + row * 7 + cols, 1.0)\n": (
+        "`k`, program 0: a `tl.store` of `X` reaches past its rows (row 1, column 0; this "
+        "program owns rows 0 to 0): mask it with `mask=cols < N` (and `other=0.0` on a load)"
+    ),
+    ROW + "    tl.store(X + row * 7 + cols - 1, 1.0, mask=cols < N)\n": (
+        "`k`, program 0: a `tl.store` reaches outside every tensor the kernel was given: mask "
+        "it with `mask=cols < N` (and `other=0.0` on a load)"
+    ),
+    ROW + "    x = tl.load(X + 14 + row * 7 + cols, mask=cols < N)\n": (
+        "`k`, program 0: a `tl.load` reaches index 14 of `X`, past its end (its size is 14), "
+        "outside every tensor the kernel was given: mask it with `mask=cols < N` (and "
+        "`other=0.0` on a load)"
+    ),
+}
+
+
+@pytest.mark.parametrize("body", list(REFUSED))
+def test_the_launcher_refuses_or_stops_with_a_reason(body):
+    import torch
+
+    from normlab.grader import kernel_launch
+
+    launcher = kernel_launch.Launcher({"k": "def k(X, N, BLOCK: tl.constexpr):\n" + body})
+    x = torch.zeros((2, 7))
+    with pytest.raises((kernel_launch.KernelRefused, kernel_launch.OutOfBounds)) as caught:
+        launcher.launch("k", (2,), ("in:rows:1", "value"), x, 7, BLOCK=8)
+    assert str(caught.value) == REFUSED[body]
+    assert untranslated([f"`k`, x float32 (2, 7), grid (2,), BLOCK=8: {caught.value}"]) == []
+
+
+def test_a_stopped_load_never_touched_memory():
+    """The guard checks a load's addresses before the interpreter reads them: a load far past
+    the tensor (which would read unmapped memory and kill the process) is stopped."""
+    import torch
+
+    from normlab.grader import kernel_launch
+
+    far = (
+        "def k(X, N, BLOCK: tl.constexpr):\n    x = tl.load(X + (1 << 40) + tl.arange(0, BLOCK))\n"
+    )
+    with pytest.raises(kernel_launch.OutOfBounds):
+        kernel_launch.Launcher({"k": far}).launch(
+            "k", (1,), ("in", "value"), torch.zeros(8), 8, BLOCK=8
+        )
+
+
+def test_the_guard_stops_the_learners_own_launch():
+    """The lab's first cell turns the guard on for the notebook's own launches (its wrappers):
+    an unmasked store past the tensor raises OutOfBounds in the learner's call, instead of
+    corrupting the heap."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from normlab.grader import kernel_launch
+
+    kernel_launch.guard_launches()
+
+    @triton.jit
+    def unmasked(X, BLOCK: tl.constexpr):
+        tl.store(X + tl.arange(0, BLOCK), 1.0)
+
+    x = torch.zeros(5)
+    with pytest.raises(kernel_launch.OutOfBounds, match="past its end"):
+        unmasked[(1,)](x, BLOCK=8)
+    unmasked[(1,)](torch.zeros(8), BLOCK=8)  # in bounds: runs

@@ -256,6 +256,9 @@ class Lab:
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
     #: (module, make target): an optional extra the lab's code needs (lab 11: Triton)
     extra: tuple[str, str] | None = None
+    #: the lab's own given code that its checks call beside the learner's functions (lab 11's
+    #: ``tri_call``): passed to ``check()`` with them, it selects no check by itself
+    adapters: tuple[str, ...] = ()
     #: a second process the checks call into, which runs the grader's code on pieces of the
     #: notebook's source (lab 11: its kernels, launched by the grader): ``Companion``
     companion: Companion | None = None
@@ -431,7 +434,8 @@ def run_checks(
 ) -> list[CheckResult]:
     """Run the lab's checks (only those that use ``names``, if given) in order."""
     guarded = ForbiddenGuard(submission, lab)
-    selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
+    chosen = set(names or ()) - set(lab.adapters)
+    selected = [c for c in lab.checks if names is None or set(c.uses) & chosen]
     return say_reasons_once([run_check(check, guarded) for check in selected])
 
 

@@ -110,11 +110,26 @@ def sources_from_objects(objects: dict) -> dict[str, str]:
     """The kernels a learner's namespace holds (door 1): those of the globals of every
     function and class given to ``check()``, as source without decorators."""
     namespaces: list[dict] = []
-    for value in objects.values():
+    pending, seen = list(objects.values()), set()
+    while pending:
+        value = pending.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
         functions = [value]
         if isinstance(value, type):
             functions = [getattr(v, "__func__", v) for v in vars(value).values()]
         for function in functions:
+            # a function wrapped by another (a decorator): the wrapped one's namespace too
+            pending += (
+                [getattr(function, "__wrapped__", None)] if hasattr(function, "__wrapped__") else []
+            )
+            for cell in getattr(function, "__closure__", None) or ():
+                try:
+                    if isinstance(cell.cell_contents, types.FunctionType):
+                        pending.append(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    continue
             globals_ = getattr(function, "__globals__", None)
             if isinstance(globals_, dict) and all(globals_ is not n for n in namespaces):
                 namespaces.append(globals_)
@@ -126,6 +141,9 @@ def sources_from_objects(objects: dict) -> dict[str, str]:
             try:
                 tree = ast.parse(_dedent(inspect.getsource(value.fn)))
             except (OSError, TypeError, SyntaxError, ValueError):
+                # no source to read (code run by exec from a string): in the learner's own
+                # kernel, where check() is advice, the kernel is launched as it is
+                found[name] = value
                 continue
             for node in tree.body:
                 if isinstance(node, ast.FunctionDef) and node.name == value.fn.__name__:
@@ -268,14 +286,14 @@ def refusal(name: str, source: str, kernels: set[str]) -> str:
         ast.cmpop,
     )
     nodes = list(ast.walk(function))
-    # names first: `np.save` is refused for `np`, not for its attribute
-    # then attributes in source order, the innermost first (`x.handle.data`: `.handle`)
+    # names first (`np.save` is refused for `np`, not for its attribute), then attributes in
+    # source order, the innermost first (`x.handle.data`: `.handle`)
+    order = {id(node): index for index, node in enumerate(nodes)}
     nodes.sort(
         key=lambda node: (
-            isinstance(node, ast.Attribute),
-            getattr(node, "lineno", 0),
-            getattr(node, "col_offset", 0),
-            getattr(node, "end_col_offset", 0),
+            (1, node.lineno, node.col_offset, node.end_col_offset, 0)
+            if isinstance(node, ast.Attribute)
+            else (0, 0, 0, 0, order[id(node)])
         )
     )
     for node in nodes:
@@ -368,7 +386,7 @@ FIX = "mask it with `mask=cols < N` (and `other=0.0` on a load)"
 
 
 def _outside(address, itemsize, regions, program, action, kernel) -> str:
-    verb = "reads" if action == "load" else "writes"
+    """Why this access may not run ("" when it may), naming the kernel, program and tensor."""
     what = f"`{kernel}`, program {program}: a `tl.{action}`"
     for start, end, name, rows, row_bytes in regions:
         if start <= address and address + itemsize <= end:
@@ -380,25 +398,25 @@ def _outside(address, itemsize, regions, program, action, kernel) -> str:
                 return ""
             if row_bytes == itemsize:  # a vector of one entry per row (a statistic)
                 return (
-                    f"{what} {verb} `{name}` at entry {row}, outside this program's entries "
+                    f"{what} of `{name}` reaches entry {row}, outside this program's entries "
                     f"{first} to {last}: {FIX}"
                 )
             column = (address - start) % row_bytes // itemsize
             side = "past" if row > last else "before"
             return (
-                f"{what} {verb} `{name}` {side} its row{'s' if rows > 1 else ''} (at row {row}, "
-                f"column {column}): {FIX}"
+                f"{what} of `{name}` reaches {side} its rows (row {row}, column {column}; this "
+                f"program owns rows {first} to {last}): {FIX}"
             )
-    # outside every tensor: say how far past the nearest tensor that starts before it
+    # outside every tensor: where, from the nearest tensor that starts before it
     before = [r for r in regions if r[0] <= address]
     if before:
         start, end, name, *_ = max(before, key=lambda r: r[0])
-        past = (address - end) // itemsize + 1
+        index, size = (address - start) // itemsize, (end - start) // itemsize
         return (
-            f"{what} {verb} {past} element{'s' if past != 1 else ''} past the end of `{name}`, "
+            f"{what} reaches index {index} of `{name}`, past its end (its size is {size}), "
             f"outside every tensor the kernel was given: {FIX}"
         )
-    return f"{what} {verb} outside every tensor the kernel was given: {FIX}"
+    return f"{what} reaches outside every tensor the kernel was given: {FIX}"
 
 
 GUARD = _Guard()
@@ -495,7 +513,7 @@ class Launcher:
     (rows of a 2-D tensor, entries of a 1-D one), ``"value"`` for a number.
     """
 
-    def __init__(self, sources: dict[str, str]):
+    def __init__(self, sources: dict):
         self.sources = dict(sources)
         self.kernels: dict = {}
         self.refused: dict[str, str] = {}
@@ -510,6 +528,9 @@ class Launcher:
         names = set(self.sources)
         namespace: dict = {"tl": tl, "triton": triton}
         for name, source in self.sources.items():
+            if not isinstance(source, str):  # a kernel object whose source is not available
+                namespace[name] = source
+                continue
             why = refusal(name, source, names - {name})
             if why:
                 self.refused[name] = why
@@ -528,7 +549,8 @@ class Launcher:
         self._compile()
         if kernel in self.refused:
             raise KernelRefused(self.refused[kernel])
-        if kernel in self.sources and is_stub(self.sources[kernel]):
+        source = self.sources.get(kernel)
+        if isinstance(source, str) and is_stub(source):
             raise KernelNotImplemented(f"`{kernel}` is not implemented yet")
         if kernel not in self.kernels:
             raise KernelRefused(
@@ -557,6 +579,15 @@ class Launcher:
         GUARD.planned = planned
         try:
             self.kernels[kernel][tuple(int(g) for g in grid)](*tensors, **constexprs)
+        except OutOfBounds:
+            raise
+        except Exception as error:
+            cause = error
+            while cause is not None:  # the interpreter wraps what the kernel raised
+                if isinstance(cause, NotImplementedError):
+                    raise KernelNotImplemented(f"`{kernel}` is not implemented yet") from None
+                cause = cause.__cause__
+            raise
         finally:
             GUARD.planned = None
         return tuple(o.cpu() for o in outputs)

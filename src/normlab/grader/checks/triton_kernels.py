@@ -57,6 +57,7 @@ LAB = Lab(
     # The checks launch the notebook's kernels themselves, from their source, in a process
     # where none of the notebook's cells ran (``kernel_launch``): the kernel points are earned
     # by what the kernels write, never by what the notebook says about its launches.
+    adapters=("tri_call",),
     companion=Companion((LAUNCH,), kernel_launch.companion_cells, kernel_launch.companion_objects),
 )
 
@@ -497,7 +498,7 @@ def _forward_kernel(sub, kind, m, n, dtype, seed, offset=0.0):
         spec += ["out" + row, "out" + row, "value", "value"]
         args = [AsTorch(x), AsTorch(weight), AsTorch(bias), _nan((m, n)), _nan((m,))]
         args += [_nan((m,)), n, EPS]
-    what = f"{kernel}, x {dtype} ({m}, {n}), grid ({m},), BLOCK={block}"
+    what = f"`{kernel}`, x {dtype} ({m}, {n}), grid ({m},), BLOCK={block}"
     got = _launch(sub, what, kernel, (m,), spec, *args, BLOCK=block)
     got_stats = dict(zip(stats, got[1:], strict=True))
     _grade_forward(what, kind, x, dtype, offset, got[0], got_stats, y, stats, wrapper=False)
@@ -538,19 +539,19 @@ def _f32_cases(step):
     return [(m, n, step * i + m) for i, n in enumerate(WIDTHS) for m in ROWS]
 
 
-@LAB.check(points=2, uses=["tri_rmsnorm_forward"])
+@LAB.check(points=2, uses=["tri_rmsnorm_forward", "tri_call"])
 def rms_forward_f32(sub):
     """RMSNorm forward kernel, float32, widths 1, 7, 100, 257"""
     _forward(sub, "rms", _f32_cases(10), "float32")
 
 
-@LAB.check(points=1, uses=["tri_rmsnorm_forward"])
+@LAB.check(points=1, uses=["tri_rmsnorm_forward", "tri_call"])
 def rms_forward_bf16(sub):
     """RMSNorm forward kernel, bfloat16 input, float32 statistics"""
     _forward(sub, "rms", [(5, n, 100 + i) for i, n in enumerate((7, 257))], "bfloat16")
 
 
-@LAB.check(points=2, uses=["tri_layernorm_forward"])
+@LAB.check(points=2, uses=["tri_layernorm_forward", "tri_call"])
 def ln_forward_f32(sub):
     """LayerNorm forward kernel, float32, widths 1, 7, 100, 257"""
     _forward(sub, "ln", _f32_cases(20), "float32")
@@ -562,13 +563,13 @@ def _offset_rows():
     return np.concatenate([rows(3, 100, 7), rows(3, 100, 8, offset=300.0)])
 
 
-@LAB.check(points=1, uses=["tri_layernorm_forward"])
+@LAB.check(points=1, uses=["tri_layernorm_forward", "tri_call"])
 def ln_forward_offset(sub):
     """LayerNorm forward kernel, rows far from 0 (mean 300 x std)"""
     x = _offset_rows()
     weight, bias = params(100, 9)
     y, mean, rstd = oracle_ln(x, weight, bias, EPS)
-    what = "_ln_fwd_kernel, x float32 (6, 100), three rows with mean 300"
+    what = "`_ln_fwd_kernel`, x float32 (6, 100), three rows with mean 300"
     spec = ["in:rows:1", "in", "in", "out:rows:1", "out:rows:1", "out:rows:1", "value", "value"]
     args = [AsTorch(x), AsTorch(weight), AsTorch(bias), _nan((6, 100)), _nan((6,)), _nan((6,))]
     got_y, _, got_rstd = _launch(
@@ -595,7 +596,7 @@ def ln_forward_offset(sub):
     _check_rows(_array(out, 0, what, (6, 100), "y"), y, what, "y", F32_TOL, [])
 
 
-@LAB.check(points=1, uses=["tri_layernorm_forward"])
+@LAB.check(points=1, uses=["tri_layernorm_forward", "tri_call"])
 def ln_forward_bf16(sub):
     """LayerNorm forward kernel, bfloat16 input, float32 statistics"""
     _forward(sub, "ln", [(5, n, 200 + i) for i, n in enumerate((7, 257))], "bfloat16")
@@ -644,7 +645,7 @@ def _backward_kernels(sub, kind, m, n, dtype, seed):
         spec += ["out" + act + row, "value"]
         args = [AsTorch(dy), AsTorch(x), AsTorch(weight), AsTorch(mean), AsTorch(rstd)]
         args += [_nan((m, n)), n]
-    what = f"{kernel}, {shape}, grid ({m},), BLOCK={block}"
+    what = f"`{kernel}`, {shape}, grid ({m},), BLOCK={block}"
     (got_dx,) = _launch(sub, what, kernel, (m,), spec, *args, BLOCK=block)
     hints = _unwritten(got_dx)
     tol = _dx_tol(dtype)
@@ -662,14 +663,14 @@ def _backward_kernels(sub, kind, m, n, dtype, seed):
         kernel = "_rms_bwd_dw_kernel"
         spec = ["in" + act + blocks, "in" + act + blocks, "in" + blocks, "out" + row]
         args = [AsTorch(dy), AsTorch(x), AsTorch(rstd), _nan((g, n))]
-        labels = ("the partial sums of dweight",)
+        labels = ("PARTIAL",)
     else:
         kernel = "_ln_bwd_dwdb_kernel"
         spec = ["in" + act + blocks, "in" + act + blocks, "in" + blocks, "in" + blocks]
         spec += ["out" + row, "out" + row]
         args = [AsTorch(dy), AsTorch(x), AsTorch(mean), AsTorch(rstd), _nan((g, n)), _nan((g, n))]
-        labels = ("the partial sums of dweight", "the partial sums of dbias")
-    what = f"{kernel}, {shape}, grid ({g},), ROWS={ROWS_PER_BLOCK}, BLOCK={block}"
+        labels = ("PW", "PB")
+    what = f"`{kernel}`, {shape}, grid ({g},), ROWS={ROWS_PER_BLOCK}, BLOCK={block}"
     got = _launch(
         sub,
         what,
@@ -686,7 +687,7 @@ def _backward_kernels(sub, kind, m, n, dtype, seed):
         _check_rows(value, right, what, label, GRAD_TOL, _unwritten(value))
     # the second reduction, on partial sums of the grader's
     partial = rows(g, n, seed + 70)
-    what = f"_sum_rows_kernel, partial sums ({g}, {n}), grid ({-(-n // REDUCE_BLOCK)},), BLOCK_N={REDUCE_BLOCK}"
+    what = f"`_sum_rows_kernel`, partial sums ({g}, {n}), grid ({-(-n // REDUCE_BLOCK)},), BLOCK_N={REDUCE_BLOCK}"
     (got_sum,) = _launch(
         sub,
         what,
@@ -700,7 +701,7 @@ def _backward_kernels(sub, kind, m, n, dtype, seed):
         BLOCK_N=REDUCE_BLOCK,
     )
     _check_rows(
-        got_sum, partial.astype(np.float64).sum(0), what, "the sum", GRAD_TOL, _unwritten(got_sum)
+        got_sum, partial.astype(np.float64).sum(0), what, "OUT", GRAD_TOL, _unwritten(got_sum)
     )
 
 
@@ -775,25 +776,25 @@ def _bwd_cases(base):
     ]
 
 
-@LAB.check(points=2, uses=["tri_rmsnorm_backward"])
+@LAB.check(points=2, uses=["tri_rmsnorm_backward", "tri_call"])
 def rms_backward_f32(sub):
     """RMSNorm backward kernels: dx per row, dweight by partial sums (float32)"""
     _backward(sub, "rms", _bwd_cases(300), "float32")
 
 
-@LAB.check(points=1, uses=["tri_rmsnorm_backward"])
+@LAB.check(points=1, uses=["tri_rmsnorm_backward", "tri_call"])
 def rms_backward_bf16(sub):
     """RMSNorm backward kernels, bfloat16 input"""
     _backward(sub, "rms", [(BWD_ROWS, 100, 320)], "bfloat16")
 
 
-@LAB.check(points=2, uses=["tri_layernorm_backward"])
+@LAB.check(points=2, uses=["tri_layernorm_backward", "tri_call"])
 def ln_backward_f32(sub):
     """LayerNorm backward kernels: dx per row, dweight and dbias by partial sums (float32)"""
     _backward(sub, "ln", _bwd_cases(400), "float32")
 
 
-@LAB.check(points=1, uses=["tri_layernorm_backward"])
+@LAB.check(points=1, uses=["tri_layernorm_backward", "tri_call"])
 def ln_backward_bf16(sub):
     """LayerNorm backward kernels, bfloat16 input"""
     _backward(sub, "ln", [(BWD_ROWS, 100, 420)], "bfloat16")
@@ -845,13 +846,13 @@ def _autograd(sub, kind):
         _check_rows(got, right, what, label, F32_TOL if label == "y" else GRAD_TOL, [])
 
 
-@LAB.check(points=1, uses=["TriRMSNorm"])
+@LAB.check(points=1, uses=["TriRMSNorm", "tri_call"])
 def rms_autograd(sub):
     """TriRMSNorm: an autograd.Function over the two kernels"""
     _autograd(sub, "rms")
 
 
-@LAB.check(points=1, uses=["TriLayerNorm"])
+@LAB.check(points=1, uses=["TriLayerNorm", "tri_call"])
 def ln_autograd(sub):
     """TriLayerNorm: an autograd.Function over the two kernels"""
     _autograd(sub, "ln")
