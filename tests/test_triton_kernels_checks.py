@@ -467,3 +467,58 @@ def test_the_guard_stops_the_learners_own_launch():
     with pytest.raises(kernel_launch.OutOfBounds, match="past its end"):
         unmasked[(1,)](x, BLOCK=8)
     unmasked[(1,)](torch.zeros(8), BLOCK=8)  # in bounds: runs
+
+
+# ----------------------------------------------------------------------------- bytes moved
+
+# The tensors each kernel loads or stores, counted here from the lab's kernels: (M x N
+# activations of `elem` bytes, float32 vectors of N, float32 vectors of M).
+TENSORS_MOVED = {
+    "tri_rmsnorm_forward_bytes": (2, 1, 1),  # x, y; weight; rstd
+    "tri_rmsnorm_backward_bytes": (3, 2, 1),  # dy, x, dx; weight, dweight; rstd
+    "tri_layernorm_forward_bytes": (2, 2, 2),  # x, y; weight, bias; mean, rstd
+    "tri_layernorm_backward_bytes": (3, 3, 2),  # dy, x, dx; weight, dweight, dbias; mean, rstd
+}
+
+
+def bytes_moved(name, m, n, elem):
+    activations, columns, rows = TENSORS_MOVED[name]
+    return activations * m * n * elem + 4 * columns * n + 4 * rows * m
+
+
+def test_the_keyring_holds_the_tests_own_counts():
+    from normlab.grader.probes import number_key
+
+    expected = {
+        number_key(name, args, "", bytes_moved(name, *args))
+        for name in TENSORS_MOVED
+        for args in lab.BYTES_CASES
+    }
+    keys = sorted(expected)
+    ring = "\n".join(" ".join(keys[i : i + 4]) for i in range(0, len(keys), 4))
+    assert lab.BYTES_KEYRING == expected, f"the keys of this file's counts:\n{ring}"
+
+
+def _bytes_results(functions):
+    from normlab.grader import notebook
+
+    _, res = notebook.run(lab=STEM, **functions)
+    return res
+
+
+def test_right_byte_counts_pass_as_int_or_float():
+    def counting(name, cast):
+        return lambda m, n, e: cast(bytes_moved(name, m, n, e))
+
+    for cast in (int, float):
+        res = _bytes_results({name: counting(name, cast) for name in TENSORS_MOVED})
+        assert [r.passed for r in res] == [True] * 4, [r.message for r in res]
+
+
+def test_a_wrong_byte_count_fails_with_the_hint():
+    # the statistics forgotten: the activations and weight only
+    res = _bytes_results({"tri_rmsnorm_forward_bytes": lambda m, n, e: 2 * m * n * e + 4 * n})
+    assert len(res) == 1 and not res[0].passed
+    assert res[0].message.startswith("tri_rmsnorm_forward_bytes(8192, 4096, 2): 134234112 is not")
+    assert lab.BYTES_HINT in res[0].message
+    assert untranslated([res[0].message]) == []
