@@ -272,11 +272,21 @@ FORGERIES = {
     "noop": (True, TORCH_WRAPPERS.replace("LAUNCH_RMS", NOOP_LAUNCH)),
     # the worked solution, but the RMSNorm forward kernel computes with the interpreter's NumPy
     "escape": (False, None),
+    # not a forgery: the issue's LayerNorm forward kernel without a mask on any load or store,
+    # which killed the notebook's kernel ("corrupted size vs. prev_size")
+    "unmasked": (False, None),
 }
 #: (kernel points, total) each forgery scores: the 15 kernel points are the 11 checks that
 #: launch kernels; the bytes (4) and multiple-choice (2) answers are the solution's
 KERNEL_CHECKS = {c.name for c in lab.LAB.checks if not c.name.startswith(("bytes", "problem"))}
-EXPECTED = {"forged": (0, 6), "noop": (0, 6), "escape": (11, 17), "solution": (15, 21)}
+EXPECTED = {
+    "forged": (0, 6),
+    "noop": (0, 6),
+    "escape": (11, 17),
+    "unmasked": (10, 16),
+    "solution": (15, 21),
+}
+UNMASKED_SAYS = "`_ln_fwd_kernel`, program 0: a `tl.load` of `X` reaches past its rows"
 
 
 def forgery_cells(kind: str) -> list[str]:
@@ -292,6 +302,11 @@ def forgery_cells(kind: str) -> list[str]:
         original = _kernel_source("_rms_fwd_kernel")
         cells = [c.replace(original, ESCAPING_RMS) for c in cells]
         assert any(ESCAPING_RMS in c for c in cells)
+    if kind == "unmasked":
+        original = _kernel_source("_ln_fwd_kernel")
+        unmasked = original.replace(", mask=inside, other=0.0", "").replace(", mask=inside", "")
+        assert "mask=" not in unmasked
+        cells = [c.replace(original, unmasked) for c in cells]
     return cells + ([last] if last else [])
 
 
@@ -323,7 +338,7 @@ def _scores(results) -> tuple[int, int]:
     return kernel, sum(r.points for r in results)
 
 
-@pytest.mark.parametrize("kind", ["noop", "escape"])
+@pytest.mark.parametrize("kind", ["noop", "escape", "unmasked"])
 def test_a_forgery_earns_no_kernel_point_in_check(kind):
     """Door 1: check() launches the kernels itself, in the learner's kernel."""
     from normlab.grader import core, notebook
@@ -336,6 +351,9 @@ def test_a_forgery_earns_no_kernel_point_in_check(kind):
     first = next(r for r in res if r.name.startswith("RMSNorm forward kernel"))
     if kind == "noop":
         assert "output left unwritten" in first.probes, first.message
+    elif kind == "unmasked":
+        failing = next(r for r in res if r.name.startswith("LayerNorm forward kernel, float32"))
+        assert UNMASKED_SAYS in failing.message and "missing mask" in failing.probes
     else:
         assert "`_rms_fwd_kernel` uses `.handle`, which is not part of Triton's language" in (
             first.message
@@ -381,6 +399,10 @@ def test_a_forgery_earns_no_kernel_point_in_grade(graded_forgeries, kind):
     assert got == EXPECTED[kind], [
         (c["name"], c["message"][:200]) for c in checks if not c["passed"]
     ]
+    assert submission["error"] is None  # no process died, whatever the kernels did
+    if kind == "unmasked":
+        failing = next(c for c in checks if c["name"].startswith("LayerNorm forward kernel, f"))
+        assert UNMASKED_SAYS in failing["message"]
 
 
 # ----------------------------------------------------------------------------- the launcher itself
