@@ -196,6 +196,33 @@ def _all_sources():
     return definition_cells(STEM)
 
 
+def test_a_layernorm_block_narrower_than_the_row_is_named_everywhere_and_quietly():
+    """The wrapper launches the (right) kernel with half the block and leaves y's other columns
+    as torch.empty left them (garbage, signalling NaNs among it): every forward check and the
+    autograd Function say why, and the grader's own arithmetic on that garbage prints nothing."""
+    import warnings
+
+    from normlab.grader import core
+
+    old = "_ln_fwd_kernel[(M,)](x, weight, bias, y, mean, rstd, N, eps, BLOCK=triton.next_power_of_2(N))"
+    new = old.replace(
+        "BLOCK=triton.next_power_of_2(N)", "BLOCK=max(1, triton.next_power_of_2(N) // 2)"
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = core.say_reasons_once(
+            results(replace=(old, new), names=["LayerNorm forward kernel", "TriLayerNorm"])
+        )
+    assert [w.message for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    assert len(res) == 4 and not any(r.passed for r in res)
+    assert all("block smaller than the row" in r.probes for r in res), [r.message for r in res]
+    autograd = next(r for r in res if r.name.startswith("TriLayerNorm"))
+    assert autograd.message.startswith(
+        "fix `tri_layernorm_forward` first: it fails its own check\n"
+    )
+    assert untranslated([r.message for r in res]) == []
+
+
 # ----------------------------------------------------------------------------- forgeries
 
 # Wrappers that compute the answer with torch operations (what a forgery needs for its wrappers).
