@@ -205,7 +205,13 @@ def test_a_layernorm_block_narrower_than_the_row_is_named_everywhere_and_quietly
     from normlab.grader import core
 
     old = "_ln_fwd_kernel[(M,)](x, weight, bias, y, mean, rstd, N, eps, BLOCK=triton.next_power_of_2(N))"
-    new = old.replace(
+    # what torch.empty left in y, made deterministic: signalling NaNs (float32 0x7FA00001,
+    # bfloat16 0x7FA0), whose conversion to float64 is NumPy's "invalid value ... in cast"
+    garbage = (
+        "(y.view(torch.int16).fill_(0x7FA0) if y.element_size() == 2 "
+        "else y.view(torch.int32).fill_(0x7FA00001))\n    "
+    )
+    new = garbage + old.replace(
         "BLOCK=triton.next_power_of_2(N)", "BLOCK=max(1, triton.next_power_of_2(N) // 2)"
     )
     with warnings.catch_warnings(record=True) as caught:
