@@ -369,11 +369,22 @@ class _Guard:
             return
         itemsize = _itemsize(ptrs)
         program = int(builder.grid_idx[0]) if builder.grid_idx is not None else 0
-        for address in np.unique(touched):
-            message = _outside(int(address), itemsize, regions, program, action, kernel)
-            if message:
-                self.violation = message
-                raise OutOfBounds(message)
+        allowed = np.zeros(touched.shape, bool)
+        for start, end, _, rows, row_bytes in regions:
+            inside = (touched >= start) & (touched + itemsize <= end)
+            if rows is not None:
+                row = (touched.astype(np.int64) - start) // row_bytes
+                inside &= (row >= program * rows) & (row < program * rows + rows)
+            allowed |= inside
+        if allowed.all():
+            return
+        address = int(touched[~allowed][0])
+        message = _outside(address, itemsize, regions, program, action, kernel) or (
+            f"`{kernel}`, program {program}: a `tl.{action}` reaches outside every tensor the "
+            f"kernel was given: {FIX}"
+        )
+        self.violation = message
+        raise OutOfBounds(message)
 
 
 def _itemsize(ptrs) -> int:

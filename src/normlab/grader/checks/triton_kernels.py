@@ -13,11 +13,15 @@ dbias by partial sums over blocks of rows, then a second reduction)::
 
 x is (M, N), float32 or bfloat16; weight and bias float32 (N,); statistics float32.
 
-The grader reaches the kernels through the lab's adapter ``tri_call(name, dtype, *arrays,
-eps)``: it casts the activations (x, dy) to ``dtype``, counts the Triton kernels launched
-during the call, and returns the function's outputs followed by that count and the outputs'
-dtypes. On a CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1``, set by the
-lab's first cell and by ``normlab grade`` for the child itself).
+The checks launch the learner's kernels themselves (``kernel_launch``: from each kernel's
+source, with their own grid, constexprs and buffers, the outputs filled with a NaN no arithmetic
+makes; in ``normlab grade`` in a companion process where no cell of the notebook ran), and grade
+what the kernel stored: the kernel points are earned there. Each check then calls the learner's
+wrappers on the same cases through the lab's adapter ``tri_call(name, dtype, *arrays, eps)``,
+which casts the activations (x, dy) to ``dtype`` and returns the function's outputs followed by
+their dtypes. On a CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1``, set
+by the lab's first cell and by ``normlab grade`` for the child itself), every load and store
+checked before it touches memory.
 
 The oracle is PyTorch in float64 (``F.rms_norm``, ``F.layer_norm`` and autograd through them),
 on the very values the learner's kernel receives (bfloat16 inputs are rounded first). Known
@@ -46,7 +50,7 @@ LAB = Lab(
     forbidden=from_scratch("tri_call"),
     # The interpreter runs each program instance in NumPy, and the first launch of each kernel
     # traces it: a few CPU seconds on a busy machine.
-    call_timeouts={"tri_call": 60.0},
+    call_timeouts={"tri_call": 60.0, LAUNCH: 60.0},
     extra=("triton", "make kernels"),
     # The child runs the kernels under Triton's interpreter whatever the notebook says, and
     # Triton's cache and home are in the submission's own folder (counted against its limits).
