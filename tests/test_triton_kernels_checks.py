@@ -522,6 +522,15 @@ def test_the_guard_stops_the_learners_own_launch():
     with pytest.raises(kernel_launch.OutOfBounds, match="past its end"):
         unmasked[(1,)](x, BLOCK=8)
     unmasked[(1,)](torch.zeros(8), BLOCK=8)  # in bounds: runs
+    # a strided view spans more than its numel elements: its last element is in bounds
+    strided = torch.zeros(8, 2)[:, 0]
+
+    @triton.jit
+    def last(X, S, N):
+        tl.store(X + (N - 1) * S, 2.0)
+
+    last[(1,)](strided, strided.stride(0), 8)
+    assert strided[-1] == 2.0
 
 
 # ----------------------------------------------------------------------------- bytes moved

@@ -485,9 +485,13 @@ def guard_launches() -> None:
         for name, value in bound.items():
             if hasattr(value, "data_ptr") and hasattr(value, "element_size"):
                 start = int(value.data_ptr())
-                end = start + max(int(value.numel()), 1) * int(value.element_size())
-                if value.numel() == 0:
-                    end = start
+                # the bytes the view spans (a strided view reaches past numel elements)
+                span = 0
+                if value.numel():
+                    span = 1 + sum(
+                        (n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True)
+                    )
+                end = start + int(span) * int(value.element_size())
                 rows = planned.get(name)
                 row_bytes = int(value.element_size()) * (
                     int(value.shape[-1]) if value.dim() > 1 else 1
