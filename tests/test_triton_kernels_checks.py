@@ -229,6 +229,19 @@ def test_a_layernorm_block_narrower_than_the_row_is_named_everywhere_and_quietly
     assert untranslated([r.message for r in res]) == []
 
 
+def test_a_copy_made_with_the_earlier_adapter_still_gets_full_marks():
+    """Learners' copies made before the checks launched the kernels have the earlier tri_call,
+    which returned a launch count before the dtypes: it is passed over, and decides nothing."""
+    old = _solution_cell("def tri_call(")
+    new = old.replace(
+        "    return (*(o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs), dtypes)",
+        "    return (*(o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs), 0, dtypes)",
+    )
+    assert new != old
+    res = results(replace=(old, new))
+    assert all(r.passed for r in res), [r.message for r in failed(res)]
+
+
 # ----------------------------------------------------------------------------- forgeries
 
 # Wrappers that compute the answer with torch operations (what a forgery needs for its wrappers).
