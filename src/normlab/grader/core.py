@@ -271,6 +271,12 @@ class Lab:
     #: (lab 08's network calls lab 02's ``batchnorm_forward`` on (N, H) features):
     #: ``check(batchnorm_forward)`` finds the owner, ``check(..., lab="08_training")`` this lab
     borrowed: tuple[str, ...] = ()
+    #: the lab's own given code that its checks call beside the learner's functions (lab 11's
+    #: ``tri_call``): passed to ``check()`` with them, it selects no check by itself
+    adapters: tuple[str, ...] = ()
+    #: a second process the checks call into, which runs the grader's code on pieces of the
+    #: notebook's source (lab 11: its kernels, launched by the grader): ``Companion``
+    companion: Companion | None = None
 
     def missing_extra(self) -> str:
         """Why this lab cannot be graded here ("" when it can): its optional extra is absent."""
@@ -330,6 +336,44 @@ class Lab:
     @property
     def max_score(self) -> int:
         return sum(c.points for c in self.checks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Companion:
+    """The grader's own code, run beside a submission on pieces of its source.
+
+    A check calls ``names`` as it calls the learner's functions; they are answered by a
+    submission of their own: in ``normlab grade`` a second process, like the notebook's, whose
+    cells are ``cells(the notebook's code cells)`` (the grader's code, with the learner's
+    source as data), in which no cell of the notebook ran; in ``check()`` the objects
+    ``objects(what check() was given)``.
+    """
+
+    names: tuple[str, ...]
+    cells: Callable[[list[str]], list[str]]
+    objects: Callable[[dict], dict]
+
+
+class WithCompanion(Submission):
+    """A submission whose companion's names are answered by the companion."""
+
+    def __init__(self, inner: Submission, companion: Submission, names: Sequence[str]):
+        self.inner, self.companion, self.routed = inner, companion, frozenset(names)
+
+    def _for(self, name: str) -> Submission:
+        return self.companion if name in self.routed else self.inner
+
+    def has(self, name):
+        return self._for(name).has(name)
+
+    def get(self, name):
+        return self._for(name).get(name)
+
+    def call(self, name, *args, **kwargs):
+        return self._for(name).call(name, *args, **kwargs)
+
+    def static_forbidden(self, name, forbidden):
+        return self._for(name).static_forbidden(name, forbidden)
 
 
 class ForbiddenGuard(Submission):
@@ -420,7 +464,8 @@ def run_checks(
 ) -> list[CheckResult]:
     """Run the lab's checks (only those that use ``names``, if given) in order."""
     guarded = ForbiddenGuard(submission, lab)
-    selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
+    chosen = set(names or ()) - set(lab.adapters)
+    selected = [c for c in lab.checks if names is None or set(c.uses) & chosen]
     results = [run_check(check, guarded) for check in selected]
     return say_reasons_once(name_failing_needs(lab, guarded, selected, results))
 

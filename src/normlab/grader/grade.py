@@ -12,6 +12,7 @@ ends with a result (its error said plainly), and the next one is graded.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -318,19 +319,30 @@ def scan(grading: Grading) -> None:
 def run(grading: Grading) -> None:
     """The lab's checks against the notebook's process; then whose fault a failure is."""
     lab, limits = grading.lab, grading.settings.limits
-    with ChildSubmission(
-        grading.cells,
-        limits,
-        grading.isolation,
-        grading.fork_server,
-        grading.reaper,
-        torch=lab.torch,
-        call_timeouts=lab.call_timeouts,
-        environment=lab.environment,
-    ) as submission:
-        grading.results = core.run_checks(lab, submission)
+
+    def child(cells):
+        return ChildSubmission(
+            cells,
+            limits,
+            grading.isolation,
+            grading.fork_server,
+            grading.reaper,
+            torch=lab.torch,
+            call_timeouts=lab.call_timeouts,
+            environment=lab.environment,
+        )
+
+    with contextlib.ExitStack() as stack:
+        submission = stack.enter_context(child(grading.cells))
+        graded, companion = submission, None
+        if lab.companion is not None:  # started at its first call, in a process of its own
+            companion = stack.enter_context(child(lab.companion.cells(grading.cells)))
+            graded = core.WithCompanion(submission, companion, lab.companion.names)
+        grading.results = core.run_checks(lab, graded)
         grading.error = attribute(grading, submission)
-        grading.cacheable = not submission.killed_from_outside
+        grading.cacheable = not submission.killed_from_outside and not (
+            companion is not None and companion.killed_from_outside
+        )
 
 
 def attribute(grading: Grading, submission: ChildSubmission) -> str | None:

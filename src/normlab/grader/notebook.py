@@ -217,8 +217,16 @@ def run(*functions, lab: str | None = None, **named) -> tuple[core.Lab, list[cor
         chosen = next(iter(candidates.values()))
     given = list(objects)
     objects = {**_needed_from_notebook(chosen, objects), **objects}
-    submission = InProcessSubmission(objects, chosen.forbidden, torch=chosen.torch)
-    return chosen, core.run_checks(chosen, submission, names=given)
+    return chosen, core.run_checks(chosen, submission_for(chosen, objects), names=given)
+
+
+def submission_for(lab: core.Lab, objects: dict) -> core.Submission:
+    """The learner's objects as ``lab``'s checks call them here (with the lab's companion)."""
+    submission = InProcessSubmission(objects, lab.forbidden, torch=lab.torch)
+    if lab.companion is None:
+        return submission
+    companion = InProcessSubmission(lab.companion.objects(objects), {}, torch=True)
+    return core.WithCompanion(submission, companion, lab.companion.names)
 
 
 def _needed_from_notebook(lab: core.Lab, objects: dict) -> dict:
