@@ -390,7 +390,13 @@ def _graphs(rng):
         at = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
         return gt * torch.tanh(at * xt) + bt, [xt, at, gt, bt]
 
-    return [layer_norm, batch_norm, group_norm, rms_norm, dyt]
+    qkv = rng.normal(size=(3, 2, 3, 4, 8))
+
+    def attention():
+        qt, kt, vt = leaves(*qkv)
+        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), [qt, kt, vt]
+
+    return [layer_norm, batch_norm, group_norm, rms_norm, dyt, attention]
 
 
 def test_backward_gives_the_gradients_of_backward_with_a_gradient_bit_for_bit():
