@@ -531,6 +531,41 @@ def _still_readable(lines):
         return
 
 
+def import_oracle_library() -> None:
+    """Import the oracle's library (PyTorch) in this thread: every check's oracle needs it."""
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 -- absent or broken: each check that needs it says so
+        pass
+
+
+def probe_isolation(settings: Settings, import_oracle: bool = False) -> Isolation:
+    """The run's isolation (``choose_isolation``), and PyTorch's folders where that isolation
+    hides them (``hidden_paths``), probed once for the run.
+
+    ``import_oracle``: meanwhile, this thread imports the oracle's library. The probes are other
+    processes (an interpreter, ``bwrap``, as the grader and as ``nobody``) that this process
+    only waits for, so they run on another core while this one imports PyTorch, which costs a
+    run seconds and which every graded notebook needs. Each probe runs, and its answer is used,
+    exactly as without the overlap; its error (``IsolationError``) is raised here. The helper
+    thread imports nothing of PyTorch's (two threads importing one package's modules at once
+    can deadlock), and grading starts only once both are done.
+    """
+
+    def probe() -> Isolation:
+        isolation = choose_isolation(settings.sandbox, settings.allow_root)
+        if isolation.sandbox or isolation.private_folder:
+            hidden_paths()
+        return isolation
+
+    if not import_oracle:
+        return probe()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="normlab-probe") as helper:
+        probing = helper.submit(probe)
+        import_oracle_library()
+        return probing.result()
+
+
 def grade_all(
     entries: list[Entry],
     settings: Settings = Settings(),
@@ -549,10 +584,7 @@ def grade_all(
     if jobs > 1 and len(entries) > 1:
         # Import the oracle's library here, once, before worker threads need it: importing a
         # large native library from two threads at once is asking for a crash.
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            pass
+        import_oracle_library()
     if isolation.sandbox:
         hidden_paths()  # probed once, here, rather than by each worker thread that needs it
     results: dict[int, SubmissionResult] = {}

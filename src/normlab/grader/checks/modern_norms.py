@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, probe_table, tensor64
+from normlab.grader.cases import Args, Graded, backward, probe_table, tensor64
 from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, array_of, choice
@@ -174,7 +174,7 @@ def _qk_grads_variant(detached):
             return x / (rms.detach() if detached else rms) * gamma
 
         qn, kn = _rope(norm(qt, gq), cos, sin), _rope(norm(kt, gk), cos, sin)
-        F.scaled_dot_product_attention(qn, kn, vt, is_causal=True).backward(_t(dy))
+        backward(F.scaled_dot_product_attention(qn, kn, vt, is_causal=True), dy)
         return tuple(leaf.grad.numpy() for leaf in leaves)
 
     return grads
