@@ -15,6 +15,7 @@ has installed the packages) turns that skip into a failure.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ from conftest import HANG_GUARD_S, ROOT, free_port, grading_budget
 pytestmark = pytest.mark.isolation
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("sbatch", "sinfo", "scancel")
+CLIENTS = ("sbatch", "sinfo", "squeue", "scancel")
 # Reached only when something is wrong: a healthy cluster is up in a few seconds.
 START_WAIT_S = 180
 
@@ -101,6 +102,12 @@ PartitionName=grade Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 
 
+def _end_with_parent() -> None:
+    """In the daemon, before it runs: SIGTERM when the test's process ends, even killed (Linux's
+    PR_SET_PDEATHSIG), so that no daemon outlives a test that never reached its finalizer."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Cluster:
     def __init__(self, base: Path):
         self.base = base
@@ -124,6 +131,7 @@ class Cluster:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=_end_with_parent,
             )
         )
         log.close()
@@ -176,6 +184,12 @@ class Cluster:
         )
         return done.returncode == 0 and done.stdout.strip() == "idle"
 
+    def no_jobs(self) -> bool:
+        done = subprocess.run(
+            ["squeue", "--noheader"], env=self.env, capture_output=True, text=True, timeout=60
+        )
+        return done.returncode != 0 or not done.stdout.strip()
+
     def wait_for(self, ready) -> bool:
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline:
@@ -187,11 +201,13 @@ class Cluster:
         return False
 
     def stop(self) -> None:
-        if (self.base / "slurm.conf").exists() and self.processes:
-            # Jobs still running (only after a failure) are ended by slurmd's steps first.
+        if (self.base / "slurm.conf").exists() and len(self.processes) == 3:
+            # Jobs still running (only after a failure) are ended first, while slurmd is there
+            # to hear that their steps ended: a step whose slurmd is gone waits for it forever.
             subprocess.run(
                 ["scancel", "--full", "--user=root"], env=self.env, capture_output=True, timeout=60
             )
+            self.wait_for(self.no_jobs)
         for process in reversed(self.processes):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -256,6 +272,7 @@ def test_the_documented_slurm_array_grades_the_class_as_one_run_does(cluster, tm
             capture_output=True,
             text=True,
             timeout=HANG_GUARD_S,
+            preexec_fn=_end_with_parent,  # no `sbatch --wait` outlives a killed test either
         )
 
     submitted = shell(f"{submit} {budget}")
