@@ -102,6 +102,7 @@ LONGEST_FIRST = (
     "tests/test_adversarial.py",
     "notebooks/06_pre_post_ln.ipynb",
     "tests/test_workflow.py",
+    "tests/test_slurm.py",  # mostly waiting on the cluster
     "tests/test_site.py",
     "tests/test_release.py",
     "tests/test_edition_earns_nothing.py",

@@ -14,10 +14,12 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -115,6 +117,26 @@ EMPTY_FILE = (
 )
 
 
+def too_large(limit: int) -> str:
+    """Why a notebook over ``limit`` bytes is refused, and what the student and the instructor
+    can do: nothing past the limit is read (the limit protects the grader's memory), so the
+    outputs that almost always make a notebook that large are named, not stripped."""
+    return (
+        f"the file is larger than {limit >> 20} MB: stored outputs (figures, long printouts) are "
+        "what make a notebook this large; clear them (`Edit > Clear Outputs of All Cells`), save, "
+        "and hand the notebook in again. An instructor can raise the limit with "
+        f"`--limit max_notebook_bytes={2 * limit}`"
+    )
+
+
+def read_notebook_bytes(path, limits: Limits = DEFAULT) -> bytes:
+    """A notebook file's bytes (``files.read_regular_file``), refused with ``too_large``."""
+    try:
+        return files.read_regular_file(path, limits.max_notebook_bytes)
+    except files.FileTooLarge:
+        raise ValueError(too_large(limits.max_notebook_bytes)) from None
+
+
 def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
     """The code cells' sources and the notebook metadata from a notebook's bytes.
 
@@ -122,7 +144,7 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
     checked by type (a notebook is the student's to write).
     """
     if len(raw) > limits.max_notebook_bytes:
-        raise ValueError(f"the file is larger than {limits.max_notebook_bytes >> 20} MB")
+        raise ValueError(too_large(limits.max_notebook_bytes))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -170,7 +192,7 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
 def read_code_cells(path: Path, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
     """A notebook file's code cells and metadata (the similarity report reads answers with
     it); ValueError with a clear reason."""
-    return parse_notebook(files.read_regular_file(path, limits.max_notebook_bytes), limits)
+    return parse_notebook(read_notebook_bytes(path, limits), limits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,6 +416,61 @@ def grade_bytes(
     return grading.result()
 
 
+@functools.cache
+def _grader_places() -> re.Pattern:
+    """The folders the grader itself is installed in, longest first, each as a pattern of a
+    path inside it: what a student is never shown (an ImportError names the file of the
+    module it failed in, under the grader's Python)."""
+    import site
+    import sysconfig
+
+    import normlab
+
+    package = Path(normlab.__file__).resolve().parent
+    places = {str(package): "<normlab>"}
+    paths = sysconfig.get_paths()
+    for key in ("purelib", "platlib"):
+        places[paths[key]] = "<site-packages>"
+    for folder in site.getsitepackages() + [site.getusersitepackages()]:
+        places[folder] = "<site-packages>"
+    for key in ("stdlib", "platstdlib"):
+        places[paths[key]] = "<python>"
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        places[prefix] = "<python>"
+    for folder, label in list(places.items()):
+        places.setdefault(os.path.realpath(folder), label)
+    places = {f.rstrip("/"): label for f, label in places.items() if f.rstrip("/")}
+    ordered = sorted(places, key=len, reverse=True)
+    _GRADER_LABELS.update(places)
+    return re.compile("|".join(f"{re.escape(f)}(?=/)" for f in ordered))
+
+
+_GRADER_LABELS: dict[str, str] = {}
+
+
+def without_grader_paths(text: str | None) -> str | None:
+    """``text`` with each path inside the grader's own folders written from a label
+    (``<site-packages>/numpy/__init__.py``): the grader's install paths are not the student's
+    to read."""
+    if not text:
+        return text
+    pattern = _grader_places()
+    return pattern.sub(lambda m: _GRADER_LABELS[m.group()], text)
+
+
+def _hide_grader_paths(result: SubmissionResult) -> SubmissionResult:
+    checks = [
+        dataclasses.replace(check, message=without_grader_paths(check.message))
+        for check in result.checks
+    ]
+    return dataclasses.replace(
+        result,
+        error=without_grader_paths(result.error),
+        checks=checks,
+        findings=[without_grader_paths(finding) for finding in result.findings],
+    )
+
+
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
     """The barrier around one submission: a bug it triggers costs it alone, with a clear error;
     and whatever it wrote, its result is of bounded size (``Limits.max_message_chars``)."""
@@ -410,7 +487,7 @@ def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> Submiss
             f"{core.INTERNAL_ERROR}: {type(error).__name__} while grading this notebook",
             isolation.description,
         )
-    return result.bounded(limits.max_message_chars)
+    return _hide_grader_paths(result).bounded(limits.max_message_chars)
 
 
 def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> str:
@@ -600,7 +677,7 @@ def grade_all(
         def work(index: int) -> tuple[SubmissionResult, bool, str | None]:
             entry = entries[index]
             try:
-                raw = files.read_regular_file(entry.path, settings.limits.max_notebook_bytes)
+                raw = read_notebook_bytes(entry.path, settings.limits)
             except (OSError, ValueError) as error:
                 who = entry.identity
                 return (
