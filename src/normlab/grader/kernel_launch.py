@@ -32,6 +32,8 @@ import types
 
 import numpy as np
 
+from normlab.grader import trap
+
 #: the name under which the companion's launcher is reached (``Submission.call``)
 LAUNCH = "tri_launch"
 #: builtins a kernel may call (Triton's front end accepts these)
@@ -73,10 +75,9 @@ def sources_from_cells(cells: list[str]) -> dict[str, str]:
     source without decorators; a later definition replaces an earlier one, as running the
     cells does. A cell that does not parse defines none."""
     found: dict[str, str] = {}
-    for cell in cells:
-        try:
-            tree = ast.parse(_without_magics(cell))
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
+    # within the grader's token bounds (a parse bomb is not parsed), one parse at a time
+    for tree in trap.parse_cells(tuple(_without_magics(cell) for cell in cells)):
+        if not isinstance(tree, ast.Module):
             continue
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and _decorated_jit(node):
@@ -139,7 +140,7 @@ def sources_from_objects(objects: dict) -> dict[str, str]:
             if not (isinstance(name, str) and is_kernel(value)) or name in found:
                 continue
             try:
-                tree = ast.parse(_dedent(inspect.getsource(value.fn)))
+                tree = trap.parse(_dedent(inspect.getsource(value.fn)))
             except (OSError, TypeError, SyntaxError, ValueError):
                 # no source to read (code run by exec from a string): in the learner's own
                 # kernel, where check() is advice, the kernel is launched as it is
@@ -199,7 +200,7 @@ def _stub_raise(node: ast.Raise) -> bool:
 
 def is_stub(source: str) -> bool:
     try:
-        tree = ast.parse(source)
+        tree = trap.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     return any(isinstance(n, ast.Raise) and _stub_raise(n) for n in ast.walk(tree))
@@ -220,7 +221,7 @@ def refusal(name: str, source: str, kernels: set[str]) -> str:
     """
     name = _cut(name)
     try:
-        tree = ast.parse(source)
+        tree = trap.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return f"`{name}` does not parse"
     function = tree.body[0] if len(tree.body) == 1 else None
