@@ -173,6 +173,12 @@ def error_from_reply(name: str, reply: dict) -> SubmissionError:
         return NotImplementedYet(f"`{name}` is not implemented yet")
     if error_type == "Timeout":
         return RaisedError(f"`{name}` did not finish in time (an endless loop?)", error_type)
+    if error_type == "Busy":  # the machine, not the code: see isolation.clock
+        return RaisedError(
+            f"`{name}` was stopped: the machine was too busy to run it in time (not the "
+            "notebook's doing); this result is not cached",
+            error_type,
+        )
     detail = str(reply.get("traceback", ""))
     return RaisedError(f"`{name}` raised {error_type}: {message}", error_type, detail)
 

@@ -328,7 +328,15 @@ def run(grading: Grading) -> None:
     ) as submission:
         grading.results = core.run_checks(lab, submission)
         grading.error = attribute(grading, submission)
-        grading.cacheable = not submission.killed_from_outside
+        grading.cacheable = not (submission.killed_from_outside or submission.machine_busy)
+
+
+#: the error of a submission that the machine's load stopped somewhere (``isolation.clock``)
+BUSY_ERROR = (
+    "the machine was too busy to run this notebook in time: a call or a cell reached its "
+    "wall-time backstop before using its time budget (not the notebook's doing); this result "
+    "is not cached, and the next run grades it again"
+)
 
 
 def attribute(grading: Grading, submission: ChildSubmission) -> str | None:
@@ -346,9 +354,11 @@ def attribute(grading: Grading, submission: ChildSubmission) -> str | None:
     # stopped by PyTorch, hidden from a NumPy lab, is a comparison of the learner's own, skipped
     # while grading (``isolation.hidden``). A cell that called a function which ran out of time
     # in an earlier cell: that cell's timeout is the one reported.
-    skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
+    skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN, worker.BUSY}
     if submission.hide_torch:
         skipped.add(hidden.ERROR_TYPE)
+    if submission.machine_busy and not submission.killed_from_outside:
+        return BUSY_ERROR
     errors = [e for e in submission.cell_errors if e.error_type not in skipped]
     if errors:
         return attribution.learner_cells_message(
