@@ -31,6 +31,7 @@ from corpus import (
     KILL_CLASSMATES,
     LAB,
     LIMIT_OPTIONS,
+    SETSID_SPINNERS,
     SHM_KEYS,
     SOLUTION,
     SPINNER_FILES,
@@ -40,6 +41,7 @@ from corpus import (
     build,
 )
 
+from normlab.grader.isolation import cgroup
 from normlab.grader.isolation.sandbox import bwrap_available
 
 SANDBOX = bwrap_available()
@@ -1067,6 +1069,76 @@ def test_classmates_graded_beside_a_killer_keep_their_marks(tmp_path, mode):
     killer_result = results.pop("03_layernorm_a_killer.ipynb")
     assert "killed 0 processes" in (killer_result["error"] or ""), killer_result["error"]
     assert {name: r["score"] for name, r in results.items()} == {name: FULL for name in results}
+
+
+# One mark per mode, as below: each mode's run finds its own spinners.
+SPINNER_MARKS = {"processes": "4242.0616161", "sandbox": "4242.0616162"}
+
+
+def _cpu_cgroup(pid: int) -> str | None:
+    """The cpu controller's cgroup of a process (cgroup v1's ``cpu`` line, or v2's)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    paths = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        paths[controllers] = path
+    found = [path for names, path in paths.items() if "cpu" in names.split(",")]
+    return found[0] if found else paths.get("")
+
+
+@pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
+@pytest.mark.parametrize("mode", MODES)
+def test_classmates_graded_beside_setsid_spinners_keep_their_marks(tmp_path, mode):
+    """Three classmates graded at the same time as a notebook that forks 240 processes that
+    spin forever, each after ``setsid()``, and ignores its alarm. Each session used to be a
+    scheduling group of its own (the kernel's autogroup): 240 shares of the machine against a
+    classmate's one, and a classmate beside it scored 9/24 and lost points to "did not finish
+    in time" (its loss then cached). Now the submission's processes, in whatever sessions,
+    share one CPU share (a cgroup of their own): every spinner seen is in one cgroup, of the
+    grader's making, which no classmate's process is in; every classmate keeps full marks, and
+    is cached (nothing of it was the machine's). The spinning notebook is stopped, as its own
+    doing, when all its processes together have used its 20 s budget of CPU time (one core's
+    worth at most: ``Limits.cpus``), and then earns nothing."""
+    mark = SPINNER_MARKS[mode]
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(SETSID_SPINNERS.format(count=240, mark=mark))]
+    nbformat.write(notebook, tmp_path / "03_layernorm_a_spinner.ipynb")
+    for index in range(3):
+        shutil.copy(SOLUTION, tmp_path / f"03_layernorm_classmate_{index}.ipynb")
+    cache = tmp_path / "grades.cache.json"
+    extra = ["--jobs", "4", "--timeout", "20", "--cache", str(cache)]
+    grader = subprocess.Popen(
+        grade_command(tmp_path, mode, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    spinners: dict[int, tuple[str | None, int]] = {}
+    while grader.poll() is None:
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in spinners:
+                try:
+                    if mark.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                        spinners[int(name)] = (_cpu_cgroup(int(name)), os.getsid(int(name)))
+                except OSError:
+                    continue
+        time.sleep(0.2)
+    stdout, stderr = grader.communicate(timeout=600)
+    assert grader.returncode == 0, stderr.decode()[-2000:]
+    results = {Path(r["path"]).name: r for r in json.loads(stdout)["submissions"]}
+    spinner = results.pop("03_layernorm_a_spinner.ipynb")
+    assert spinner["score"] == 0
+    assert "timed out while running the notebook's cells" in spinner["error"], spinner["error"]
+    assert {name: (r["score"], r["error"]) for name, r in results.items()} == {
+        name: (FULL, None) for name in results
+    }
+    assert "one CPU share per submission" in spinner["isolation"]
+    assert len(spinners) > 100  # most were running when looked for (all are, once started)
+    groups = {group for group, _ in spinners.values()}
+    assert len(groups) == 1 and "/normlab-" in next(iter(groups)), groups
+    assert len({session for _, session in spinners.values()}) > 100  # each in its own session
+    again = subprocess.run(grade_command(tmp_path, mode, *extra), capture_output=True, text=True)
+    assert "reused 4 unchanged" in again.stderr, again.stderr[-2000:]
 
 
 # One mark per mode: under `make test` the two modes' runs of the test below are on two workers
