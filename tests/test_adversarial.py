@@ -41,6 +41,7 @@ from corpus import (
     build,
 )
 
+from normlab.grader import grade
 from normlab.grader.isolation import cgroup
 from normlab.grader.isolation.sandbox import bwrap_available
 
@@ -1139,6 +1140,57 @@ def test_classmates_graded_beside_setsid_spinners_keep_their_marks(tmp_path, mod
     assert len({session for _, session in spinners.values()}) > 100  # each in its own session
     again = subprocess.run(grade_command(tmp_path, mode, *extra), capture_output=True, text=True)
     assert "reused 4 unchanged" in again.stderr, again.stderr[-2000:]
+
+
+# A cell that needs 2 s of its process's CPU time, and one that sleeps forever.
+NEEDS_TWO_CPU_SECONDS = (
+    "import time\nstart = time.process_time()\nwhile time.process_time() - start < 2.0:\n    pass"
+)
+SLEEPS_FOREVER = "import time\ntime.sleep(100_000)"
+# Each cell's budget 5 s of the submission's own time, its wall-time backstop twice that.
+SHORT_BACKSTOP = [
+    "--limit=cell_timeout_share=0.001",
+    "--limit=min_cell_timeout=5",
+    "--limit=wall_backstop=2",
+]
+
+
+@pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students(tmp_path, mode):
+    """Two notebooks, the solution plus one cell each, graded with each cell's budget 5 s of
+    the submission's own time and a wall-time backstop of twice that (10 s), on a machine so
+    busy that the submission gets a twentieth of a core (its CPU quota, ``cpus=0.05``: its
+    processes wait for a CPU 95% of the time). A cell that needs 2 s of CPU (40 s of wall time
+    there) reaches the backstop with 0.5 s of its own time used: stopped as the machine being
+    too busy, never put on the student's code, and not cached, so the next run grades it again.
+    A cell that sleeps forever uses no CPU, yet its own wall time runs on (a sleep is not a
+    wait for a CPU): at 5 s it is the student's ("ran out of time"), whatever the machine's
+    load, and cached. Given a whole core, the first cell is no problem at all: full marks, no
+    error."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for name, cell in {"slowed": NEEDS_TWO_CPU_SECONDS, "sleeper": SLEEPS_FOREVER}.items():
+        notebook = nbformat.read(SOLUTION, as_version=4)
+        notebook.cells.append(nbformat.v4.new_code_cell(cell))
+        nbformat.write(notebook, folder / f"03_layernorm_{name}.ipynb")
+    cache = ["--cache", str(tmp_path / "cache.json"), "--jobs", "2"]
+    busy = [*SHORT_BACKSTOP, "--limit=cpus=0.05", *cache]
+    first = grade_here(folder, mode, *busy)
+    results = {Path(r["path"]).name: r for r in json.loads(first.stdout)["submissions"]}
+    slowed, sleeper = results["03_layernorm_slowed.ipynb"], results["03_layernorm_sleeper.ipynb"]
+    assert (slowed["score"], slowed["error"]) == (FULL, grade.BUSY_ERROR)
+    assert sleeper["score"] == FULL
+    assert sleeper["error"].endswith("raised Timeout: ran out of time."), sleeper["error"]
+    again = grade_here(folder, mode, *busy)
+    assert "graded 1 notebook(s), reused 1 unchanged" in again.stderr, again.stderr[-2000:]
+    again_results = {Path(r["path"]).name: r for r in json.loads(again.stdout)["submissions"]}
+    assert again_results["03_layernorm_slowed.ipynb"]["error"] == grade.BUSY_ERROR
+    assert again_results["03_layernorm_sleeper.ipynb"]["error"] == sleeper["error"]
+    (folder / "03_layernorm_sleeper.ipynb").unlink()
+    whole_core = grade_here(folder, mode, *SHORT_BACKSTOP, "--cache", str(tmp_path / "c2.json"))
+    (alone,) = json.loads(whole_core.stdout)["submissions"]
+    assert (alone["score"], alone["error"]) == (FULL, None)
 
 
 # One mark per mode: under `make test` the two modes' runs of the test below are on two workers
