@@ -41,8 +41,9 @@ from corpus import (
     build,
 )
 
-from normlab.grader import grade
+from normlab.grader import core, grade
 from normlab.grader.isolation import cgroup
+from normlab.grader.isolation.limits import DEFAULT
 from normlab.grader.isolation.sandbox import bwrap_available
 
 SANDBOX = bwrap_available()
@@ -301,6 +302,84 @@ def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
         assert fresh["score"] == 0, fresh
     hidden = [stem for stem, lab in labs.items() if not lab.torch]
     assert set(labs) - set(hidden) == {"06_pre_post_ln", "09_modern_norms", "11_triton_kernels"}
+
+
+@pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
+@pytest.mark.parametrize("mode", MODES)
+def test_every_solution_keeps_full_marks_slowed_tenfold(tmp_path, mode):
+    """Every lab's worked solution, graded on the grader's own budgets (no test's hang guard)
+    with a tenth of a core each (its CPU quota, ``cpus=0.1``: every process of it waits for a
+    CPU nine tenths of the time, as beside nine busy loops of the same weight), earns every
+    point with no error; and a second run grades none again, since no result was stopped by
+    the machine's load (such a result is not cached). The budgets count the submission's own
+    time, not the machine's: before, a correct lab 08 "ran out of time" on a loaded machine."""
+    from normlab.grader.registry import all_labs
+
+    labs = all_labs()
+    for stem in labs:
+        shutil.copy(ROOT / "solutions" / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    # One job per lab: each may use a tenth of a core, so all of them together use about one.
+    extra = ["--timeout", str(DEFAULT.timeout), "--jobs", str(len(labs)), "--limit=cpus=0.1"]
+    extra += ["--cache", str(tmp_path / "cache.json")]
+    done = grade_here(tmp_path, mode, *extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {s["lab"]: s for s in json.loads(done.stdout)["submissions"]}
+    assert {stem: (r["score"], r["error"]) for stem, r in results.items()} == {
+        stem: (lab.max_score, None) for stem, lab in labs.items()
+    }
+    again = grade_here(tmp_path, mode, *extra)
+    assert f"reused {len(labs)} unchanged" in again.stderr, again.stderr[-2000:]
+
+
+BUSY_LOOP = ["sh", "-c", "while :; do :; done"]
+
+
+@pytest.mark.skipif(
+    cgroup.cpu_available() is None or cgroup.cpu_available()[0] != 1,
+    reason="needs cgroup v1's cpu controller (a group that holds processes and groups)",
+)
+def test_worked_solutions_keep_full_marks_beside_busy_loops(tmp_path):
+    """Three labs' worked solutions (03 and 08, which lost points on a loaded machine, and 07,
+    whose Numba kernels compile on their first call), graded on the grader's own budgets beside
+    eight busy loops: the grader, its submissions and the loops share one core (a CPU group
+    this test makes, with a quota of one core, so that the rest of the machine is not theirs),
+    each loop weighing as much as one submission, so that each submission gets about a
+    tenth of the core (three submissions, eight loops, the grader). Every solution earns every
+    point with no error; run again (without the loops), none is graded again: nothing was
+    stopped by the machine's load."""
+    import functools
+
+    stems = ["03_layernorm", "07_cost", "08_training"]
+    for stem in stems:
+        shutil.copy(ROOT / "solutions" / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    extra = ["--jobs", str(len(stems)), "--cache", str(tmp_path / "cache.json")]
+    box = cgroup.Cgroup(None, cpus=1.0)
+    join = functools.partial(cgroup.join, box.paths)
+    hogs = []
+    try:
+        hogs = [subprocess.Popen(BUSY_LOOP, preexec_fn=join) for _ in range(8)]
+        done = subprocess.run(
+            grade_command(tmp_path, "processes", *extra),
+            preexec_fn=join,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        box.remove()
+    assert done.returncode == 0, done.stderr[-3000:]
+    from normlab.grader.registry import all_labs
+
+    labs = all_labs()
+    results = {s["lab"]: s for s in json.loads(done.stdout)["submissions"]}
+    assert {stem: (r["score"], r["error"]) for stem, r in results.items()} == {
+        stem: (labs[stem].max_score, None) for stem in stems
+    }
+    again = grade_here(tmp_path, "processes", "--timeout", str(DEFAULT.timeout), *extra)
+    assert f"reused {len(stems)} unchanged" in again.stderr, again.stderr[-2000:]
 
 
 def test_the_sandbox_hides_torch_at_the_os_level(tmp_path):
@@ -1147,18 +1226,29 @@ NEEDS_TWO_CPU_SECONDS = (
     "import time\nstart = time.process_time()\nwhile time.process_time() - start < 2.0:\n    pass"
 )
 SLEEPS_FOREVER = "import time\ntime.sleep(100_000)"
+# The solution's forward pass, whose first call first needs 2 s of its process's CPU time.
+SLOW_FIRST_CALL = (
+    "import time\n_solution_forward, _first = layernorm_forward, [True]\n"
+    "def layernorm_forward(*args, **kwargs):\n"
+    "    if _first.pop() if _first else False:\n"
+    "        start = time.process_time()\n"
+    "        while time.process_time() - start < 2.0:\n"
+    "            pass\n"
+    "    return _solution_forward(*args, **kwargs)"
+)
 # Each cell's budget 5 s of the submission's own time, its wall-time backstop twice that.
 SHORT_BACKSTOP = [
     "--limit=cell_timeout_share=0.001",
     "--limit=min_cell_timeout=5",
     "--limit=wall_backstop=2",
+    "--limit=call_timeout=5",
 ]
 
 
 @pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students(tmp_path, mode):
-    """Two notebooks, the solution plus one cell each, graded with each cell's budget 5 s of
+    """Three notebooks, the solution plus one cell each, graded with each cell's budget 5 s of
     the submission's own time and a wall-time backstop of twice that (10 s), on a machine so
     busy that the submission gets a twentieth of a core (its CPU quota, ``cpus=0.05``: its
     processes wait for a CPU 95% of the time). A cell that needs 2 s of CPU (40 s of wall time
@@ -1166,11 +1256,14 @@ def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_studen
     too busy, never put on the student's code, and not cached, so the next run grades it again.
     A cell that sleeps forever uses no CPU, yet its own wall time runs on (a sleep is not a
     wait for a CPU): at 5 s it is the student's ("ran out of time"), whatever the machine's
-    load, and cached. Given a whole core, the first cell is no problem at all: full marks, no
-    error."""
+    load, and cached. A forward pass whose first call needs 2 s of CPU is stopped at its call's
+    backstop (twice its 5 s) as the machine's too: that one check fails with the machine named,
+    the rest pass, and it is not cached. Given a whole core, neither the cell nor the call is
+    any problem: full marks, no error."""
     folder = tmp_path / "class"
     folder.mkdir()
-    for name, cell in {"slowed": NEEDS_TWO_CPU_SECONDS, "sleeper": SLEEPS_FOREVER}.items():
+    cells = {"slowed": NEEDS_TWO_CPU_SECONDS, "sleeper": SLEEPS_FOREVER, "call": SLOW_FIRST_CALL}
+    for name, cell in cells.items():
         notebook = nbformat.read(SOLUTION, as_version=4)
         notebook.cells.append(nbformat.v4.new_code_cell(cell))
         nbformat.write(notebook, folder / f"03_layernorm_{name}.ipynb")
@@ -1182,15 +1275,22 @@ def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_studen
     assert (slowed["score"], slowed["error"]) == (FULL, grade.BUSY_ERROR)
     assert sleeper["score"] == FULL
     assert sleeper["error"].endswith("raised Timeout: ran out of time."), sleeper["error"]
+    call = results["03_layernorm_call.ipynb"]
+    failed = [c for c in call["checks"] if not c["passed"]]
+    assert (call["error"], [c["message"] for c in failed]) == (
+        grade.BUSY_ERROR,
+        [str(core.error_from_reply("layernorm_forward", {"error_type": "Busy"}))],
+    )
+    assert call["score"] == FULL - failed[0]["max_points"]
     again = grade_here(folder, mode, *busy)
-    assert "graded 1 notebook(s), reused 1 unchanged" in again.stderr, again.stderr[-2000:]
+    assert "graded 2 notebook(s), reused 1 unchanged" in again.stderr, again.stderr[-2000:]
     again_results = {Path(r["path"]).name: r for r in json.loads(again.stdout)["submissions"]}
     assert again_results["03_layernorm_slowed.ipynb"]["error"] == grade.BUSY_ERROR
     assert again_results["03_layernorm_sleeper.ipynb"]["error"] == sleeper["error"]
     (folder / "03_layernorm_sleeper.ipynb").unlink()
     whole_core = grade_here(folder, mode, *SHORT_BACKSTOP, "--cache", str(tmp_path / "c2.json"))
-    (alone,) = json.loads(whole_core.stdout)["submissions"]
-    assert (alone["score"], alone["error"]) == (FULL, None)
+    for alone in json.loads(whole_core.stdout)["submissions"]:
+        assert (alone["score"], alone["error"]) == (FULL, None), alone
 
 
 # One mark per mode: under `make test` the two modes' runs of the test below are on two workers
