@@ -1236,30 +1236,34 @@ SLOW_FIRST_CALL = (
     "            pass\n"
     "    return _solution_forward(*args, **kwargs)"
 )
-# Each cell's budget 5 s of the submission's own time, its wall-time backstop twice that.
+# Each cell's and call's budget 5 s of the submission's own time, its wall-time backstop four
+# times that: 20 s, in which a twentieth of a core (``cpus=0.05``) runs 1 s of CPU at most.
 SHORT_BACKSTOP = [
     "--limit=cell_timeout_share=0.001",
     "--limit=min_cell_timeout=5",
-    "--limit=wall_backstop=2",
+    "--limit=wall_backstop=4",
     "--limit=call_timeout=5",
 ]
+# ... and on a whole core, a backstop that no load reaches before the budget
+GENEROUS_BACKSTOP = [*SHORT_BACKSTOP, "--limit=wall_backstop=100"]
 
 
 @pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students(tmp_path, mode):
-    """Three notebooks, the solution plus one cell each, graded with each cell's budget 5 s of
-    the submission's own time and a wall-time backstop of twice that (10 s), on a machine so
-    busy that the submission gets a twentieth of a core (its CPU quota, ``cpus=0.05``: its
-    processes wait for a CPU 95% of the time). A cell that needs 2 s of CPU (40 s of wall time
-    there) reaches the backstop with 0.5 s of its own time used: stopped as the machine being
-    too busy, never put on the student's code, and not cached, so the next run grades it again.
-    A cell that sleeps forever uses no CPU, yet its own wall time runs on (a sleep is not a
-    wait for a CPU): at 5 s it is the student's ("ran out of time"), whatever the machine's
-    load, and cached. A forward pass whose first call needs 2 s of CPU is stopped at its call's
-    backstop (twice its 5 s) as the machine's too: that one check fails with the machine named,
-    the rest pass, and it is not cached. Given a whole core, neither the cell nor the call is
-    any problem: full marks, no error."""
+    """Three notebooks, the solution plus one cell each, graded with each cell's and call's
+    budget 5 s of the submission's own time and a wall-time backstop of four times that, on a
+    machine so busy that the submission gets a twentieth of a core at most (its CPU quota,
+    ``cpus=0.05``: its processes wait for a CPU 95% of the time). A cell that needs 2 s of CPU
+    (40 s of wall time there, at least) reaches its 20 s backstop with 1 s of its own time used
+    at most: stopped as the machine being too busy, never put on the student's code, and not
+    cached, so the next run grades it again. A cell that sleeps forever uses no CPU, yet its
+    own wall time runs on (a sleep is not a wait for a CPU): at 5 s it is the student's ("ran
+    out of time"), whatever the machine's load, and cached. A forward pass whose first call
+    needs 2 s of CPU is stopped at that call's backstop as the machine's too: that one check
+    fails with the machine named, the others pass, and it is not cached. Given a whole core
+    (and a backstop no load reaches first), neither the cell nor the call is any problem: full
+    marks, no error."""
     folder = tmp_path / "class"
     folder.mkdir()
     cells = {"slowed": NEEDS_TWO_CPU_SECONDS, "sleeper": SLEEPS_FOREVER, "call": SLOW_FIRST_CALL}
@@ -1288,7 +1292,7 @@ def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_studen
     assert again_results["03_layernorm_slowed.ipynb"]["error"] == grade.BUSY_ERROR
     assert again_results["03_layernorm_sleeper.ipynb"]["error"] == sleeper["error"]
     (folder / "03_layernorm_sleeper.ipynb").unlink()
-    whole_core = grade_here(folder, mode, *SHORT_BACKSTOP, "--cache", str(tmp_path / "c2.json"))
+    whole_core = grade_here(folder, mode, *GENEROUS_BACKSTOP, "--cache", str(tmp_path / "c2.json"))
     for alone in json.loads(whole_core.stdout)["submissions"]:
         assert (alone["score"], alone["error"]) == (FULL, None), alone
 
