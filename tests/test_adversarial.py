@@ -581,6 +581,82 @@ def test_cache_is_bound_to_the_bytes_graded(tmp_path, mode):
         assert not rewritten  # the sandbox does not even show the submission its own file
 
 
+# Three multiple-choice answers of 4,000,000 non-ASCII characters each (lab 03): each check's
+# message quoted the whole answer (4,000,107 characters), the cache line was 69 MB, and at 63 M
+# characters an answer the line passed the cache's size bound, so that every later run threw
+# away the whole class's cache.
+HUGE_ANSWERS = {"D1_ANSWER": "é", "D2_ANSWER": "ü", "INVARIANCE_ANSWER": "ß"}
+HUGE_CHARS = 4_000_000
+NO_LETTER = ' does not start with an option letter; write one letter, e.g. "b" or "(b) because ..."'
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_huge_answer_is_quoted_short_and_costs_no_classmate_their_cache(
+    tmp_path, mode, monkeypatch
+):
+    """Each huge answer is quoted by its first 300 characters and its length; the result, the
+    cache line, the gradebook and the feedback stay small. Then the cache holds the huge
+    result as an older grader wrote it (a 72 MB line, each answer quoted whole) past the
+    cache's size bound (scaled down to 32 MiB here: that line, not the class, is what is
+    large): that one result is graded again, the classmates' are reused."""
+    from normlab.grader import grade
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    answers = "\n".join(f"{name} = {char!r} * {HUGE_CHARS}" for name, char in HUGE_ANSWERS.items())
+    notebook.cells.append(nbformat.v4.new_code_cell(answers))
+    nbformat.write(notebook, folder / "03_layernorm_huge.ipynb")
+    shutil.copy(SOLUTION, folder / "03_layernorm_alice.ipynb")
+    shutil.copy(LAB, folder / "03_layernorm_carol.ipynb")
+    cache, gradebook, feedback = tmp_path / "cache.json", tmp_path / "grades.csv", tmp_path / "fb"
+    extra = ["--cache", str(cache), "--csv", str(gradebook), "--feedback", str(feedback)]
+
+    def graded() -> tuple[dict, str]:
+        done = grade_here(folder, mode, *extra)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results = {
+            Path(s["path"]).stem.split("_")[-1]: s for s in json.loads(done.stdout)["submissions"]
+        }
+        return results, done.stderr
+
+    results, _ = graded()
+    assert {who: r["score"] for who, r in results.items()} == {
+        "huge": FULL - 3,
+        "alice": FULL,
+        "carol": 0,
+    }
+    quoted = {
+        name: f"{name}: {char * 300!r}… ({HUGE_CHARS} characters, the first 300 shown)" + NO_LETTER
+        for name, char in HUGE_ANSWERS.items()
+    }
+    failed = [c["message"] for c in results["huge"]["checks"] if not c["passed"]]
+    assert sorted(failed) == sorted(quoted.values())
+    lines = cache.read_bytes().splitlines()
+    assert len(lines) == 4 and max(len(line) for line in lines) < 16_000, [len(x) for x in lines]
+    assert gradebook.stat().st_size < 8_000
+    pages = [page.stat().st_size for page in feedback.rglob("*.*")]
+    assert len(pages) == 6 and max(pages) < 30_000, pages
+
+    # The huge result as an older grader cached it: every answer quoted whole.
+    (line,) = [x for x in lines[1:] if b"_huge.ipynb" in x]
+    stored = json.loads(line)
+    for check in stored["result"]["checks"]:
+        for name, char in HUGE_ANSWERS.items():
+            if check["message"] == quoted[name]:
+                check["message"] = f"{name}: {char * HUGE_CHARS!r}" + NO_LETTER
+    old_line = json.dumps(stored, sort_keys=True).encode()
+    assert len(old_line) > 72_000_000
+    cache.write_bytes(b"\n".join([x if x != line else old_line for x in lines]) + b"\n")
+    monkeypatch.setattr(grade, "MAX_CACHE_BYTES", 32 << 20)
+    again, said = graded()
+    assert "graded 1 notebook(s), reused 2 unchanged" in said, said[-2000:]
+    assert again == results
+    assert max(len(x) for x in cache.read_bytes().splitlines()) < 16_000
+    _, said = graded()
+    assert "graded 0 notebook(s), reused 3 unchanged" in said, said[-2000:]
+
+
 # ----------------------------------------------------------------------------- a held-out class
 
 
@@ -825,6 +901,53 @@ def test_every_reply_field_is_checked_by_type():
         wire.parse_call_reply(
             "f", {"ok": False, "error_type": "NotImplementedError", "message": ""}, []
         )
+
+
+def test_every_text_the_child_sends_is_quoted_short():
+    """An exception's type, message and traceback, a returned object's type, a cell's error
+    and a name in a finding: 300 characters of each at most (``Limits.shown_output_chars``),
+    its length stated, whatever the child sent (its header may hold a megabyte)."""
+    from normlab.grader import attribution, core, probes, trap
+    from normlab.grader.isolation import wire
+    from normlab.grader.registry import get_lab
+
+    def cut(char: str, length: int) -> str:
+        return char * 300 + f"… ({length} characters, the first 300 shown)"
+
+    raised = {"ok": False, "error_type": "E" * 5000, "message": "m" * 400_000}
+    raised["traceback"] = "t" * 9000 + "\nZeroDivisionError: x"
+    with pytest.raises(core.RaisedError) as error:
+        wire.parse_call_reply("f", raised, [])
+    tail = ("t" * 9000 + "\nZeroDivisionError: x")[-300:]
+    assert str(error.value) == f"`f` raised {cut('E', 5000)}: {cut('m', 400_000)}"
+    assert error.value.detail == f"(9021 characters, the last 300 shown) …{tail}"
+    odd = {"ok": True, "tuple": False, "items": [{"kind": "K" * 5000}]}
+    output = wire.parse_call_reply("f", odd, [])
+    with pytest.raises(core.CheckFailed) as failed:
+        probes.array_of(output, "f")
+    assert str(failed.value) == f"f: returned a {cut('K', 5000)}, expected a NumPy array"
+    names, errors = wire.parse_load_reply(
+        {
+            "ok": True,
+            "names": ["n" * 5000],
+            "cell_errors": [{"cell": 0, "error_type": "E", "message": "a  b" * 1000}],
+        },
+        [],
+        1,
+    )
+    assert names == {cut("n", 5000)}
+    said = attribution.learner_cells_message(errors, ["x = 1"], get_lab("03_layernorm"), [])
+    assert said.splitlines()[1] == (
+        f"- The cell that starts `x = 1` raised E: {' '.join(('a  b' * 1000)[:300].split())}… "
+        "(4000 characters, "
+        "the first 300 shown)."
+    )
+    module = "torch._" + "a" * 5000
+    (finding,) = trap.notebook_findings([f"import {module}"], [])
+    assert (
+        finding
+        == f"PyTorch internals: {module[:300]}… (5007 characters, the first 300 shown) (code cell 1, line 1)"
+    )
 
 
 def test_an_array_header_cannot_make_the_grader_allocate():

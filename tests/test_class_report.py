@@ -141,3 +141,51 @@ def test_a_check_keeps_its_probes_through_the_json():
             report._check_from_dict({**base, "probes": wrong})
     with pytest.raises(ValueError, match="probes"):  # a passed check matched no misconception
         report._check_from_dict({**check_dict("c", 1, 1), "probes": ["no eps"]})
+
+
+def test_names_where_the_lms_gave_them_errors_cut_at_a_word_and_a_table_for_a_slide(tmp_path):
+    """A Moodle student shows as "Carol Diaz (1234)"; a long error is cut at a word's end;
+    the misconception table has three short columns, each hint below it."""
+    long_error = "the cell that starts `x = 1` raised ValueError: " + "wordy " * 100
+    stopped = check_dict("forward", 2, 2)
+    wrong = {**check_dict("backward", 0, 2), "probes": ["no eps"]}
+    graded = [
+        {
+            "path": "Carol Diaz_1234_assignsubmission_file_/04_rmsnorm.ipynb",
+            "student": "1234",
+            "name": "Carol Diaz",
+            "lab": "04_rmsnorm",
+            "score": 2,
+            "max_score": 4,
+            "error": long_error,
+            "checks": [stopped, wrong],
+        },
+        {
+            "path": "bob/04_rmsnorm.ipynb",
+            "student": "bob",
+            "name": "bob",
+            "lab": "04_rmsnorm",
+            "score": 2,
+            "max_score": 4,
+            "error": "short",
+            "checks": [stopped, wrong],
+        },
+    ]
+    (tmp_path / "graded.json").write_text(json.dumps({"submissions": graded}), encoding="utf-8")
+    summary, folder = make_report(tmp_path, roster=False)
+    (lab,) = summary["labs"]
+    carol, bob = lab["stopped"]
+    assert (carol["name"], bob["name"]) == ("Carol Diaz", None)
+    assert len(carol["error"]) <= 400 and carol["error"].endswith("wordy…")
+    assert long_error.startswith(carol["error"][:-1])
+    markdown = (folder / "class-report.md").read_text(encoding="utf-8")
+    assert "- Carol Diaz (1234) (Carol Diaz_1234_assignsubmission_file_/04_rmsnorm.ipynb)" in (
+        markdown
+    )
+    assert "- bob (bob/04_rmsnorm.ipynb): short" in markdown
+    assert "| misconception | students | checks |" in markdown
+    assert "| no eps | 2 | 1 |" in markdown
+    assert "- **no eps**: " in markdown and "In: backward (2)." in markdown
+    page = (folder / "class-report.html").read_text(encoding="utf-8")
+    assert "<td>no eps</td><td class=n>2</td><td class=n>1</td>" in page
+    assert "Carol Diaz (1234) <code>" in page

@@ -211,3 +211,59 @@ def test_every_probe_used_in_grading_is_listed(stem, monkeypatch):
     listed = {(p.name, p.hint) for value in probe_lists(module).values() for p in value}
     unlisted = sorted(name for name, hint in seen if (name, hint) not in listed)
     assert not unlisted, f"{stem}: probes built outside any module-level list: {unlisted}"
+
+
+# ----------------------------------------------------------------------------- the class report
+
+
+def _said(module) -> set[tuple[str, str]]:
+    """(name, hint) of every probe the module lists and of every slip an exception reveals:
+    the reasons a check's message may give under a name."""
+    from normlab.grader import core
+
+    pairs = {(name, hint) for _, name, hint in core.EXCEPTION_HINTS}
+    for listed in [*probe_lists(module).values(), *getattr(module, "PROBES", {}).values()]:
+        pairs |= {(probe.name, probe.hint) for probe in listed}
+    return pairs
+
+
+def _reasons(message: str) -> list[str]:
+    """The reasons a message gives: its ``Why:`` and ``Or:`` lines, in order."""
+    return [
+        line.split(": ", 1)[1]
+        for line in message.splitlines()
+        if line.startswith(("Why: ", "Or: "))
+    ]
+
+
+@pytest.mark.parametrize("stem", [s for s in MODULES if getattr(MODULES[s], "PROBES", None)])
+def test_the_class_report_counts_every_reason_the_feedback_gives_and_nothing_else(stem):
+    """A class of one student per probe of the lab (the function with that bug, every check
+    that uses it): each check's recorded probes are the names of the reasons its message gives,
+    line for line, and the class report counts, per name, the students whose feedback gives it."""
+    from normlab.grader import classreport
+    from normlab.grader.report import SubmissionResult
+
+    module, said = MODULES[stem], _said(MODULES[stem])
+    results, told = [], {}
+    for number, (function, probe) in enumerate(
+        (function, probe) for function, listed in module.PROBES.items() for probe in listed
+    ):
+        learner = LEARNER_FORM.get((stem, function), as_learner_function)(probe)
+        checks = list(check_results(stem, {function: learner}, from_scratch=False))
+        student = f"s{number}"
+        for check in checks:
+            reasons = _reasons(check.message)
+            where = f"{function} with {probe.name!r}, {check.name!r}"
+            assert len(check.probes) == len(reasons), (where, check.probes, reasons)
+            for name, reason in zip(check.probes, reasons, strict=True):
+                assert (name, reason) in said, (where, name, reason)
+                told.setdefault(name, set()).add(student)
+        score, most = sum(c.points for c in checks), sum(c.max_points for c in checks)
+        results.append(
+            SubmissionResult(f"{student}.ipynb", stem, score, most, None, checks, student)
+        )
+    (lab,) = classreport.summarise(results)["labs"]
+    assert {p["name"]: p["students"] for p in lab["probes"]} == {
+        name: len(students) for name, students in told.items()
+    }

@@ -356,6 +356,7 @@ def _cache_entry(tmp_path: Path, index: int):
         entry.student,
         isolation="processes",
         name=entry.identity.name,
+        layout=entry.identity.layout,
     )
     return f"{index:064x}", result, entry
 

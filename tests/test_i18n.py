@@ -550,3 +550,24 @@ def test_grade_csv_columns_do_not_depend_on_the_language(graded):
     assert "forward matches torch on random (N, d) inputs" in spanish_rows[0]
     assert [row[2:4] for row in spanish_rows] == [row[2:4] for row in english_rows]
     json.dumps(graded["es"][0])  # the JSON is plain data
+
+
+def test_a_quote_cut_short_says_so_in_spanish():
+    """A long answer is quoted by its first characters and its length (``inert.clip``): in
+    Spanish, the sentence around it and what it says of itself are translated, the quote and
+    a cut exception message stay as they are."""
+    from normlab.grader import inert
+    from normlab.grader.probes import ChoiceError, parse_choice
+
+    with pytest.raises(ChoiceError) as error:
+        parse_choice("é" * 1000)
+    quote = repr("é" * 300)
+    assert i18n.translate(f"D1_ANSWER: {error.value}", "es") == (
+        f"D1_ANSWER: {quote}… (1000 caracteres; se muestran los 300 primeros) no empieza por la "
+        'letra de una opción; escribe una letra, p. ej. "b" o "(b) porque ..."'
+    )
+    raised = f"`f` raised ValueError: {inert.clip('x' * 1000)}\n{inert.clip('y' * 400, last=True)}"
+    assert i18n.translate(raised, "es") == (
+        f"`f` lanzó ValueError: {'x' * 300}… (1000 caracteres; se muestran los 300 primeros)\n"
+        f"(400 caracteres; se muestran los 300 últimos) …{'y' * 300}"
+    )

@@ -210,16 +210,42 @@ def test_two_submissions_claiming_one_id_keep_it_and_are_both_flagged(tmp_path):
     ]
 
 
-def _graded(student, lab, score, path, name=None):
+def _graded(student, lab, score, path, name=None, layout="canvas"):
     return {
         "student": student,
         "name": name,
+        "layout": layout,
         "lab": lab,
         "score": score,
         "max_score": 16,
         "path": path,
         "checks": [check_dict("passed", score, score), check_dict("failed", 0, 16 - score)],
     }
+
+
+def test_the_canvas_import_gives_an_id_only_where_canvas_wrote_it(tmp_path):
+    """A blank lab handed in as 03_layernorm_5678.ipynb (a plain file name: the student chose
+    5678, a classmate's Canvas user id) gets a row without ID, and the export says so."""
+    from normlab.grader import lms
+
+    submissions = [
+        _graded("5678", "03_layernorm", 0, "03_layernorm_5678.ipynb", layout="file"),
+        _graded("zoe", "03_layernorm", 16, "03_layernorm_zoe.ipynb", layout="file"),
+        _graded("1111", "03_layernorm", 7, "b_1111_4_03_layernorm.ipynb", "bo"),
+    ]
+    assert rows(lms.canvas_csv(submissions))[2:] == [
+        ["bo", "1111", "", "", "", "7"],
+        ["5678", "", "", "", "", "0"],
+        ["zoe", "", "", "", "", "16"],
+    ]
+    results = tmp_path / "graded.json"
+    results.write_text(json.dumps({"submissions": submissions}))
+    done = normlab("export", "canvas", tmp_path / "canvas.csv", "--results", results)
+    assert done.stderr.splitlines() == [
+        "normlab export canvas: 2 ids are not from Canvas's download, so their rows have no ID "
+        "(Canvas's user id): 5678, zoe; fill it in (the ID column of Canvas's gradebook "
+        "export) before importing"
+    ]
 
 
 def test_every_export_lists_both_submissions_that_claim_one_id(tmp_path):
@@ -240,7 +266,8 @@ def test_every_export_lists_both_submissions_that_claim_one_id(tmp_path):
         ["zoev", "5678", "", "", "", "0", "9"],
         ["victim", "5678", "", "", "", "16", "9"],
     ]
-    moodle = rows(lms.moodle_csv(submissions, "03_layernorm"))
+    from_moodle = [{**s, "layout": "moodle"} for s in submissions]
+    moodle = rows(lms.moodle_csv(from_moodle, "03_layernorm"))
     assert [row[:3] for row in moodle[1:]] == [
         ["Participant 1111", "bo", "7.00"],
         ["Participant 5678", "zoev", "0.00"],
@@ -310,6 +337,10 @@ def test_canvas_moodle_and_summary_exports(graded):
     by_id = {row[1]: row for row in canvas[2:]}
     assert by_id["23456"][0] == "evansd" and by_id["23456"][-1] == str(full)
     assert by_id["23460"][-1] == "0"
+    # only Canvas's download gives Canvas user ids: every other row's ID is left to fill in
+    canvas_ids = {i for p, i in EXPECTED_IDS.items() if p.startswith("canvas/")}
+    assert set(by_id) == canvas_ids | {""}
+    assert len(canvas) - 2 == len({s["student"] for s in result["submissions"]})
 
     normlab("export", "moodle", out / "moodle", "--results", out / "one.json")
     moodle = rows((out / "moodle" / "moodle-03_layernorm.csv").read_text())

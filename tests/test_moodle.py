@@ -245,6 +245,7 @@ def _results() -> list[dict]:
         {
             "path": f"moodle/{student}/03_layernorm.ipynb",
             "student": student,
+            "layout": "moodle",
             "name": HOSTILE_NAMES[student],
             "lab": "03_layernorm",
             "score": score,
@@ -412,3 +413,30 @@ def test_two_submissions_claiming_one_participant_keep_their_own_comment_and_pag
         "/03_layernorm.md",
     ]
     assert "Score: 10 / 16" in files["/03_layernorm-03_layernorm_final.md"].decode()
+
+
+def test_only_moodles_own_participant_numbers_address_a_participant(tmp_path):
+    """A blank lab handed in as 03_layernorm_1002.ipynb (a plain file name: the student chose
+    1002, a classmate's participant number), and one whose name ends in a number after 12
+    characters (Moodle reads the number after "Participant "'s length): Moodle keeps neither,
+    only each participant's own grade, and the export names both."""
+    right = _results()[:2]
+    blank = {**_results()[2], "error": None, "checks": [], "score": 0}
+    forged = [
+        {**blank, "student": "1002", "path": "03_layernorm_1002.ipynb", "layout": "file"},
+        {
+            **blank,
+            "student": "xxxxxxxxxxx_1001",
+            "path": "x/03_layernorm.ipynb",
+            "layout": "folder",
+        },
+    ]
+    out, stderr = _export(tmp_path, right + forged)
+    text = (out / "moodle-03_layernorm.csv").read_text(encoding="utf-8")
+    kept = import_worksheet(text, {1001, 1002})
+    assert {k: v[0] for k, v in kept.items()} == {1001: 16.0, 1002: 10.0}
+    assert len(php_fgetcsv(text)) == 3  # the header and the two participants
+    data = (out / "moodle-03_layernorm-feedback.zip").read_bytes()
+    assert set(import_feedback_zip(data, {1001, 1002})) == {1001, 1002}
+    assert "03_layernorm_1002.ipynb" in stderr and "x/03_layernorm.ipynb" in stderr
+    assert "not from Moodle's download" in stderr

@@ -10,11 +10,14 @@ import html.parser
 import inspect
 import itertools
 import json
+import shutil
 import sys
+from pathlib import Path
 
+import nbformat
 import pytest
 from classbuilder import COPIES, CORRECT_FORWARD, HOSTILE_ID, build_class
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 from normlab.grader import similarity
 
@@ -120,3 +123,149 @@ def test_an_answer_too_deep_to_walk_is_left_out():
     finally:
         sys.setrecursionlimit(limit)
     assert found == {}
+
+
+# ----------------------------------------------------------------------------- one notebook
+
+SOLUTION_04 = ROOT / "solutions" / "04_rmsnorm.ipynb"
+
+
+def hostile_class(root, change) -> list[str]:
+    """alice and bob hand in the worked solution; carol the solution as ``change`` leaves
+    it (a notebook, or bytes written as they are): the report's arguments."""
+    for who in ("alice", "bob", "carol"):
+        (root / who).mkdir(parents=True)
+    for who in ("alice", "bob"):
+        shutil.copy(SOLUTION_04, root / who / "04_rmsnorm.ipynb")
+    changed = change(nbformat.read(SOLUTION_04, as_version=4))
+    target = root / "carol" / "04_rmsnorm.ipynb"
+    if isinstance(changed, bytes):
+        target.write_bytes(changed)
+    else:
+        nbformat.write(changed, target)
+    return ["report", "similarity", str(root), "--lab", "04_rmsnorm", "--out", str(root / "out")]
+
+
+def report_of(arguments) -> tuple[dict, str]:
+    code, stdout, stderr = run_cli(arguments)
+    assert code == 0, stderr
+    out = Path(arguments[arguments.index("--out") + 1])
+    page = (out / "similarity.html").read_text(encoding="utf-8")
+    return json.loads((out / "similarity.json").read_text(encoding="utf-8")), page, stdout
+
+
+def in_forward(source: str):
+    """A change that puts ``source`` first in the body of carol's ``rmsnorm_forward``."""
+
+    def change(notebook):
+        (cell,) = [c for c in notebook.cells if c.source.startswith("def rmsnorm_forward")]
+        head, _, rest = cell.source.partition("):\n")
+        cell.source = f"{head}):\n    {source}\n{rest}"
+        return notebook
+
+    return change
+
+
+def test_a_huge_integer_literal_is_compared_like_any_other_code(tmp_path):
+    """An unused hexadecimal literal of 4,000 digits in carol's copy: the report is written, and
+    carol's copy is compared (Python writes no integer of more than 4,300 decimal digits)."""
+    literal = "0x" + "f" * 4000
+    report, page, _ = report_of(hostile_class(tmp_path, in_forward(f"unused = {literal}")))
+    assert report["not_analysed"] == []
+    assert {frozenset((p["a"], p["b"])) for p in report["pairs"]} == {
+        frozenset(pair) for pair in itertools.combinations(("alice", "bob", "carol"), 2)
+    }
+    assert f"unused = {literal}" in page  # carol's statement, shown beside alice's
+
+
+def test_a_notebook_that_is_not_one_is_listed_and_the_class_reported(tmp_path):
+    report, page, stdout = report_of(hostile_class(tmp_path, lambda _: b'{"cells": [ broken'))
+    assert [(p["a"], p["b"]) for p in report["pairs"]] == [("alice", "bob")]
+    (listed,) = report["not_analysed"]
+    assert listed["student"] == "carol"
+    assert listed["reason"].startswith("not read: not a valid notebook: broken JSON at line 1")
+    assert "Not analysed (1)" in page and "1 not (all) analysed" in stdout
+
+
+def test_a_function_past_the_token_bounds_is_listed_and_never_parsed(tmp_path, monkeypatch):
+    """carol's rmsnorm_forward holds 60,000 statements ``a;`` (120,000 tokens, past
+    max_cell_tokens): its cell is never parsed, carol is listed, and the rest of her notebook
+    (an earlier cell defines the function too) and the class are compared."""
+    from normlab.grader import trap
+
+    parsed = []
+
+    def counted(source, *args, **kwargs):
+        parsed.append(len(source))
+        return trap.parse.unlocked(source, *args, **kwargs)
+
+    monkeypatch.setattr(trap, "_ast_parse", counted)
+
+    def change(notebook):
+        notebook.cells.append(
+            nbformat.v4.new_code_cell(
+                "def rmsnorm_forward(x, gamma, eps):\n    " + "a;" * 60_000 + "\n    return x\n"
+            )
+        )
+        return notebook
+
+    report, _, _ = report_of(hostile_class(tmp_path, change))
+    (listed,) = report["not_analysed"]
+    assert listed["student"] == "carol"
+    cells = [c for c in nbformat.read(SOLUTION_04, as_version=4).cells if c.cell_type == "code"]
+    assert listed["reason"].startswith(f"code cell {len(cells) + 1}: a cell too large or deep")
+    assert parsed and max(parsed) < 120_000  # the big cell never reached the parser
+    assert {frozenset((p["a"], p["b"])) for p in report["pairs"]} == {
+        frozenset(pair) for pair in itertools.combinations(("alice", "bob", "carol"), 2)
+    }
+
+
+def traced_lines(function, *args) -> int:
+    """How many lines of Python ``function(*args)`` executes (what it does in C is not seen)."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        function(*args)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_the_work_of_the_report_is_linear_in_the_code():
+    """A function of n statements on one line (``a;a;...``, within the token bounds): four
+    times the statements cost at most five times the lines of Python run, from parse to page
+    (counted, not timed). ``ast.get_source_segment`` splits the whole source again for each
+    statement: sixteen times."""
+
+    def report(n: int) -> None:
+        source = "def f(x):\n    " + "a;" * n + "\n    return x\n"
+        found = similarity.answers([source], ["f"])
+        assert len(found["f"]) == n + 1
+        class_answers = {"one": found, "two": found}
+        pairs = similarity.compare(class_answers, set())
+        similarity.to_html(class_answers, pairs, "lab", ["f"])
+
+    small, large = traced_lines(report, 200), traced_lines(report, 800)
+    assert large < 5 * small, (small, large)
+
+
+def test_a_statement_is_shown_as_written_whatever_its_characters():
+    source = "def f(x):\n    s = 'é…😀'; t = x  # née\n    return s, t\r\n"
+    found = similarity.answers([source], ["f"])
+    assert [text for text, _ in found["f"]] == ["s = 'é…😀'", "t = x", "return s, t"]
+
+
+def test_the_token_bounds_of_limit_are_the_ones_used(tmp_path):
+    """``--limit max_cell_tokens=20``: every cell of more than 20 tokens (each function's) is
+    not parsed, so all three notebooks are listed and no pair shares anything."""
+    arguments = hostile_class(tmp_path, lambda notebook: notebook)
+    report, _, _ = report_of([*arguments, "--limit", "max_cell_tokens=20"])
+    assert report["pairs"] == []
+    assert [item["student"] for item in report["not_analysed"]] == ["alice", "bob", "carol"]
+    assert all("a cell too large or deep" in item["reason"] for item in report["not_analysed"])

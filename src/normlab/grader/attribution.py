@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import ast
 
-from normlab.grader import trap
+from normlab.grader import inert, trap
 
 # Every message about the learner's own cells starts with this; reports read it to say
 # "your code" instead of "error".
 LEARNER_CODE = "Your code stopped"
 _SHOWN = 3
-_MESSAGE_CHARS = 400
 
 
 def called_names(source: str, candidates: set[str], cells: list[str] | None = None) -> list[str]:
@@ -51,10 +50,9 @@ def _cell_index(error, cells: list[str]) -> int | None:
     return None
 
 
-def _text(value, limit: int = _MESSAGE_CHARS) -> str:
-    text = value if isinstance(value, str) else ""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _text(value) -> str:
+    """What the child reported (an error's type or message) on one line, quoted short."""
+    return inert.clip(" ".join((value if isinstance(value, str) else "").split()))
 
 
 def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
@@ -77,7 +75,7 @@ def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
     for error in errors[:_SHOWN]:
         index = _cell_index(error, cells)
         where = cell_label(cells, index) if index is not None else "a code cell"
-        kind = _text(error.error_type, 60) or "an error"
+        kind = _text(error.error_type) or "an error"
         message = _text(error.message)
         if kind == "AssertionError":
             what = "failed its assertion" + (f": {message}" if message else "")
@@ -105,13 +103,16 @@ def learner_cells_message(errors: list, cells: list[str], lab, results) -> str:
     return "\n".join([header, *parts])
 
 
+# A cell's first line, as a label to find it by (JupyterLab's search): a locator, kept shorter
+# than a quote (``inert.clip``) and cut without its length, which nobody searches for.
 _QUOTED_CHARS = 60
 
 
 def _first_line(source: str) -> str:
     for line in source.splitlines():
         if line.strip():
-            return _text(line.replace("`", "'"), _QUOTED_CHARS)
+            line = " ".join(line.replace("`", "'").split())
+            return line if len(line) <= _QUOTED_CHARS else line[: _QUOTED_CHARS - 1] + "…"
     return ""
 
 

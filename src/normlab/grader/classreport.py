@@ -86,10 +86,31 @@ def read_roster(path: Path) -> list[str]:
     return sorted({i for i in ids if i})
 
 
+#: the most characters of an error a report entry quotes
+ERROR_CHARS = 400
+
+
+def shorten(text: str, most: int = ERROR_CHARS) -> str:
+    """``text`` cut to at most ``most`` characters at a word's end, marked with "…"."""
+    if len(text) <= most:
+        return text
+    cut = text[: most - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > most // 2 else cut).rstrip(" ,;:") + "…"
+
+
 def _problem(result: SubmissionResult) -> dict:
-    """Who, and the error's first two lines (its heading and the first cell that stopped)."""
+    """Who (the id, and the name where the LMS gave one), and the error's first two lines (its
+    heading and the first cell that stopped), cut at a word's end."""
     first = " ".join((result.error or "").split("\n")[:2])
-    return {"student": result.student, "path": result.path, "error": first[:400]}
+    name = result.name if result.name and result.name != result.student else None
+    return {"student": result.student, "name": name, "path": result.path, "error": shorten(first)}
+
+
+def _shown(entry: dict) -> str:
+    """``Carol Diaz (1234)`` where the LMS gave a name, else the id."""
+    student = entry["student"] or ""
+    return f"{entry['name']} ({student})" if entry.get("name") else student
 
 
 def summarise(results: list[SubmissionResult], roster: list[str] | None = None) -> dict:
@@ -221,20 +242,24 @@ def to_markdown(summary: dict) -> str:
             "",
         ]
         if lab["probes"]:
-            lines += ["| misconception | students | in checks | hint |", "|---|---:|---|---|"]
+            # the table fits a slide; what each one is, and where, follows it
+            lines += ["| misconception | students | checks |", "|---|---:|---:|"]
+            lines += [
+                f"| {_cell(p['name'])} | {p['students']} | {len(p['checks'])} |"
+                for p in lab["probes"]
+            ]
+            lines.append("")
             for probe in lab["probes"]:
                 where = "; ".join(f"{name} ({n})" for name, n in probe["checks"].items())
                 lines.append(
-                    f"| {_cell(probe['name'])} | {probe['students']} | {_cell(where)} | "
-                    f"{_cell(probe['hint'])} |"
+                    f"- **{_cell(probe['name'])}**: {_cell(probe['hint'])} In: {_cell(where)}."
                 )
         else:
             lines.append("None.")
         for key, heading in SECTIONS:
             lines += ["", f"### {heading}", ""]
             lines += [
-                f"- {_cell(r['student'] or '')} ({_cell(r['path'])}): {_cell(r['error'])}"
-                for r in lab[key]
+                f"- {_cell(_shown(r))} ({_cell(r['path'])}): {_cell(r['error'])}" for r in lab[key]
             ] or ["None."]
         lines += ["", "### Handed in nothing", ""]
         lines += [", ".join(_cell(who) for who in lab["not_submitted"]) or "None.", ""]
@@ -288,17 +313,17 @@ def to_html(summary: dict) -> str:
             )
         parts += ["</table>", "<h3>Misconceptions the answers matched</h3>"]
         if lab["probes"]:
-            parts.append(
-                "<table><tr><th>misconception</th><th>students</th><th>in checks</th>"
-                "<th>hint</th></tr>"
-            )
+            parts.append("<table><tr><th>misconception</th><th>students</th><th>checks</th></tr>")
+            parts += [
+                f"<tr><td>{_h(p['name'])}</td><td class=n>{p['students']}</td>"
+                f"<td class=n>{len(p['checks'])}</td></tr>"
+                for p in lab["probes"]
+            ]
+            parts += ["</table>", "<ul>"]
             for probe in lab["probes"]:
-                where = "<br>".join(f"{_h(name)} ({n})" for name, n in probe["checks"].items())
-                parts.append(
-                    f"<tr><td>{_h(probe['name'])}</td><td class=n>{probe['students']}</td>"
-                    f"<td>{where}</td><td>{_h(probe['hint'])}</td></tr>"
-                )
-            parts.append("</table>")
+                where = "; ".join(f"{_h(name)} ({n})" for name, n in probe["checks"].items())
+                parts.append(f"<li>{_h(probe['name'])}: {_h(probe['hint'])} In: {where}.</li>")
+            parts.append("</ul>")
         else:
             parts.append("<p>None.</p>")
         for key, heading in SECTIONS:
@@ -306,8 +331,7 @@ def to_html(summary: dict) -> str:
             if lab[key]:
                 parts.append("<ul>")
                 parts += [
-                    f"<li>{_h(r['student'] or '')} <code>{_h(r['path'])}</code>: "
-                    f"{_h(r['error'])}</li>"
+                    f"<li>{_h(_shown(r))} <code>{_h(r['path'])}</code>: {_h(r['error'])}</li>"
                     for r in lab[key]
                 ]
                 parts.append("</ul>")

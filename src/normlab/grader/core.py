@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from normlab.grader import inert
+
 # ----------------------------------------------------------------------------- what comes back
 
 
@@ -69,11 +71,11 @@ class Output:
 
 def describe_item(item: Item) -> str:
     if item.note:
-        return item.note
+        return inert.clip(item.note)
     if item.kind in ("ndarray", "tensor") and item.array is not None:
         return f"a {'NumPy array' if item.kind == 'ndarray' else 'tensor'} of shape {fmt_shape(item.array.shape)}"
     return {"none": "None", "scalar": "a number", "str": "a string", "list": "a list"}.get(
-        item.kind, f"a {item.kind}"
+        item.kind, f"a {inert.clip(item.kind)}"
     )
 
 
@@ -162,9 +164,10 @@ class Submission:
 
 
 def error_from_reply(name: str, reply: dict) -> SubmissionError:
-    """Turn the worker's error reply into the right exception with a learner-facing message."""
+    """Turn the worker's error reply into the right exception with a learner-facing message:
+    the exception's type, message and traceback quoted short (``inert.clip``)."""
     error_type = reply.get("error_type", "")
-    message = str(reply.get("message", ""))
+    message = inert.clip(reply.get("message", ""))
     if error_type == "Missing":
         return MissingName(
             f"`{name}` is not defined in the notebook (did its cell run without errors?)"
@@ -179,8 +182,9 @@ def error_from_reply(name: str, reply: dict) -> SubmissionError:
             "notebook's doing); this result is not cached",
             error_type,
         )
-    detail = str(reply.get("traceback", ""))
-    return RaisedError(f"`{name}` raised {error_type}: {message}", error_type, detail)
+    detail = inert.clip(reply.get("traceback", ""), last=True)
+    shown = inert.clip(error_type)
+    return RaisedError(f"`{name}` raised {shown}: {message}", error_type, detail)
 
 
 # ----------------------------------------------------------------------------- checks and labs
@@ -347,21 +351,24 @@ INTERNAL_ERROR = (
     "internal error in the grader (not a problem with your answer; tell your instructor)"
 )
 
-# Messages of exceptions that point at a known slip, whatever the lab.
+# Messages of exceptions that point at a known slip, whatever the lab: (pattern, the slip's
+# name, as the labs' probes call it and the class report counts it, the "Why:" it gives).
 EXCEPTION_HINTS = [
     (
         re.compile(r"could not be broadcast"),
+        "statistics without keepdims",
         "A statistic lost its reduced axis: compute it with keepdims=True (shape (N, 1), not "
         "(N,)) so that it broadcasts against x along the axis it summarises.",
     ),
 ]
 
 
-def hint_for_exception(message: str) -> str:
-    for pattern, hint in EXCEPTION_HINTS:
+def hint_for_exception(message: str) -> tuple[str, str]:
+    """(the slip's name, its hint) that an exception's message points at; ("", "") for none."""
+    for pattern, name, hint in EXCEPTION_HINTS:
         if pattern.search(message):
-            return hint
-    return ""
+            return name, hint
+    return "", ""
 
 
 def run_check(check: Check, submission: Submission) -> CheckResult:
@@ -373,12 +380,13 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
         return CheckResult(check.name, 0, check.points, False, str(failure), probes=probes)
     except SubmissionError as failure:
         message = str(failure)
-        hint = hint_for_exception(message)
+        name, hint = hint_for_exception(message)
         if isinstance(failure, RaisedError) and failure.detail:
             message += "\n" + failure.detail
         if hint:
             message += f"\nWhy: {hint}"
-        return CheckResult(check.name, 0, check.points, False, message)
+        probes = (name,) if hint else ()
+        return CheckResult(check.name, 0, check.points, False, message, probes=probes)
     except Exception as error:  # a bug in the check itself: say so, loudly, not "wrong answer"
         return CheckResult(
             check.name,

@@ -59,9 +59,23 @@ def _written(out: Path, text: str) -> str:
 
 
 def _canvas(out: Path, results: list, options: dict) -> str:
-    from normlab.grader import lms
+    from normlab.grader import i18n, inert, lms
 
-    return _written(out, lms.canvas_csv([result.as_dict() for result in results]))
+    submissions = [result.as_dict() for result in results]
+    missing = lms.canvas_ids_missing(submissions)
+    if missing:
+        shown = ", ".join(str(inert.text(student, lines=False)) for student in missing)
+        print(
+            i18n.text(
+                "normlab export canvas: {count} ids are not from Canvas's download, so their "
+                "rows have no ID (Canvas's user id): {ids}; fill it in (the ID column of "
+                "Canvas's gradebook export) before importing",
+                count=len(missing),
+                ids=shown,
+            ),
+            file=sys.stderr,
+        )
+    return _written(out, lms.canvas_csv(submissions))
 
 
 def _summary(out: Path, results: list, options: dict) -> str:
@@ -84,7 +98,8 @@ def _moodle(out: Path, results: list, options: dict) -> str:
         if left_out:
             print(
                 f"normlab export: {len(left_out)} submissions of {lab} have no Moodle "
-                "participant number, so no folder in the feedback zip: "
+                "participant number (their id is not from Moodle's download), so no row in "
+                "the worksheet and no folder in the feedback zip: "
                 + ", ".join(inert.text(path, lines=False) for path in left_out),
                 file=sys.stderr,
             )

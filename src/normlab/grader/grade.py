@@ -230,6 +230,7 @@ def _failed(shown, who: Identity, lab, error, isolation="", findings=()) -> Subm
         list(findings),
         isolation,
         name=who.name,
+        layout=who.layout,
     )
 
 
@@ -279,6 +280,7 @@ class Grading:
             self.isolation.description,
             self.metadata.get("normlab", {}).get("lang"),
             self.who.name,
+            layout=self.who.layout,
         )
         return dataclasses.replace(result, cacheable=self.cacheable)
 
@@ -391,18 +393,22 @@ def grade_bytes(
 
 
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
-    """The barrier around one submission: a bug it triggers costs it alone, with a clear error."""
+    """The barrier around one submission: a bug it triggers costs it alone, with a clear error;
+    and whatever it wrote, its result is of bounded size (``Limits.max_message_chars``)."""
+    limits = settings.limits
     try:
-        with trap.parse_bounds(settings.limits):  # every parse of it, with its run's limits
-            return grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
+        # every parse of it with its run's bounds; every quote of what it wrote, short
+        with trap.parse_bounds(limits), inert.quoting(limits):
+            result = grade_bytes(raw, path, settings, isolation, who, fork_server, reaper)
     except Exception as error:  # noqa: BLE001 -- whatever happened, the run goes on
-        return _failed(
+        result = _failed(
             str(path),
             who,
             who.lab,
             f"{core.INTERNAL_ERROR}: {type(error).__name__} while grading this notebook",
             isolation.description,
         )
+    return result.bounded(limits.max_message_chars)
 
 
 def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> str:
@@ -419,8 +425,13 @@ def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> 
     return digest.hexdigest()
 
 
-#: The largest cache file read back: far above any class's (a result is a few kB).
+#: The most of a cache file read back: far above any class's (a result is a few kB).
 MAX_CACHE_BYTES = 1 << 30
+#: The longest line of it read back. A result's texts are cut to ``Limits.max_message_chars``
+#: before it is cached (a few kB; some 40 such texts, written as JSON escapes of up to 12 bytes
+#: a character, stay under 2 MB); a longer line is damage, or an older grader's, and costs that
+#: result alone a regrade, never the class its cache.
+MAX_CACHE_LINE = 16 << 20
 
 
 class ResultCache:
@@ -436,7 +447,8 @@ class ResultCache:
     The file is JSON lines: the fingerprint, then one finished result per line. Opening the
     cache rewrites it atomically with what is still valid; each result is then appended as one
     line, so a class of n costs n lines written, not n rewrites of a growing file. A run killed
-    mid-line leaves a line that does not parse: that result alone is graded again.
+    mid-line leaves a line that does not parse, and a line longer than ``MAX_CACHE_LINE`` is
+    skipped unread: that result alone is graded again.
     """
 
     def __init__(self, path: Path | None, fingerprint: str, force: bool = False):
@@ -454,13 +466,14 @@ class ResultCache:
     @staticmethod
     def _read(path: Path, fingerprint: str) -> dict:
         try:
-            lines = files.read_regular_file(path, MAX_CACHE_BYTES).decode("utf-8").splitlines()
-            if not lines or json.loads(lines[0]) != {"fingerprint": fingerprint}:
+            lines = files.regular_file_lines(path, MAX_CACHE_LINE, MAX_CACHE_BYTES)
+            first = next(lines, None)
+            if first is None or json.loads(first) != {"fingerprint": fingerprint}:
                 return {}
         except (OSError, ValueError, RecursionError):
             return {}  # a damaged cache only costs a regrade
         entries = {}
-        for line in lines[1:]:
+        for line in _still_readable(lines):
             try:
                 stored = json.loads(line)
                 entries[stored["digest"]] = {"result": stored["result"], "as": stored["as"]}
@@ -485,13 +498,17 @@ class ResultCache:
         except Exception:  # noqa: BLE001 -- absent or malformed: grade it
             return None
         who = entry.identity
-        return dataclasses.replace(result, path=str(entry.path), student=who.student, name=who.name)
+        return dataclasses.replace(
+            result, path=str(entry.path), student=who.student, name=who.name, layout=who.layout
+        )
 
     def put(self, digest: str, result: SubmissionResult, entry: Entry) -> None:
         if self.path is None:
             return
         stored = {"result": result.as_dict(), "as": entry.identity.grading_key}
         line = (self._line(digest, stored) + "\n").encode("utf-8")
+        if len(line) > MAX_CACHE_LINE:
+            return  # it would not be read back: graded again next time
         with self.lock:
             self.entries[digest] = stored
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -501,6 +518,15 @@ class ResultCache:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
+
+
+def _still_readable(lines):
+    """The lines that were read, until the file can no longer be (each line skipped for its
+    length is one result's regrade)."""
+    try:
+        yield from (line for line in lines if line is not None)
+    except (OSError, ValueError):
+        return
 
 
 def grade_all(

@@ -50,18 +50,39 @@ def pinned(name: str) -> str:
     raise LookupError(f"pyproject.toml does not require {name}")
 
 
-#: what the grader and the labs' graded code import besides PyTorch (installed from its
-#: CPU-only index: the CUDA build is several GB the grader never uses) and the standard
-#: library; the course's developer environment (JupyterLab, Sphinx, pytest, Matplotlib, ...)
-#: is not needed to grade. Each is installed as pyproject.toml requires it (``pinned``).
-DISTRIBUTIONS = ("numpy",)
-#: what a lab's notebook imports beyond those (lab 07 compiles its kernels with Numba; lab 08
-#: trains on scikit-learn's bundled digits; lab 11 runs Triton kernels under its interpreter)
-LAB_DISTRIBUTIONS = {
-    "07_cost": ("numba",),
-    "08_training": ("scikit-learn",),
-    "11_triton_kernels": ("triton",),
-}
+def _distribution(requirement: str) -> str:
+    """``"scikit-learn>=1.3; ..."`` -> ``"scikit-learn"`` (PEP 503's normalised name)."""
+    name = re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(lab: str) -> list[str]:
+    """What the bundle installs besides PyTorch (from its CPU-only index: the CUDA build is
+    several GB the grader never uses): the course's environment, so that a notebook that runs
+    in it is graded as ``normlab grade`` grades it there, whatever of it the notebook imports.
+
+    That is pyproject.toml's ``dependencies`` (their one owner, read from the installed
+    course's metadata as ``pinned`` reads them), and the optional extra that provides the
+    module ``lab`` declares it needs (``Lab.extra``: lab 11's ``triton``, from ``kernels``),
+    each as pyproject.toml states it, without its environment marker (Gradescope's image is
+    Linux x86-64).
+    """
+    from normlab.grader.registry import all_labs
+
+    base, optional = [], []
+    for requirement in importlib.metadata.requires("normlab") or ():
+        spec, _, marker = requirement.partition(";")
+        if re.search(r"\bextra\s*==", marker):
+            optional.append(spec.strip())
+        elif _distribution(spec) != "torch":
+            base.append(spec.strip())
+    known = all_labs().get(lab)
+    if known is not None and known.extra is not None:
+        module = known.extra[0]
+        provides = importlib.metadata.packages_distributions().get(module) or [module]
+        wanted = {_distribution(name) for name in provides}
+        base += [spec for spec in optional if _distribution(spec) in wanted]
+    return list(dict.fromkeys(base))
 
 
 #: the course package the bundle copies (``src/normlab``): this file is its ``grader/gradescope.py``
@@ -87,7 +108,8 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
   exit 1
 fi
 python3 -m venv /autograder/venv
-# Only what grading needs: CPU-only PyTorch, NumPy (and Numba for lab 07), the grader itself.
+# CPU-only PyTorch, then the course's environment (pyproject.toml's dependencies: whatever of it
+# a notebook imports is there, as on the instructor's machine), then the grader itself.
 /autograder/venv/bin/pip install -q --no-cache-dir '__TORCH__' \\
   --index-url https://download.pytorch.org/whl/cpu
 /autograder/venv/bin/pip install -q --no-cache-dir -r requirements.txt
@@ -403,8 +425,7 @@ def write_bundle(
     (out / "run_autograder").write_text(run, encoding="utf-8")
     for name in ("setup.sh", "run_autograder"):
         (out / name).chmod(0o755)
-    requirements = [pinned(name) for name in (*DISTRIBUTIONS, *LAB_DISTRIBUTIONS.get(lab, ()))]
-    (out / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    (out / "requirements.txt").write_text("\n".join(requirements(lab)) + "\n", encoding="utf-8")
     source = out / "normlab"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(package, source / "src" / "normlab", ignore=ignore, dirs_exist_ok=True)

@@ -34,6 +34,8 @@ import os
 import re
 from pathlib import Path
 
+from normlab.grader import inert
+
 LANGUAGES = ("en", "es")
 DEFAULT = "en"
 _LOCALE = Path(__file__).with_name("locale")
@@ -69,7 +71,8 @@ def current_language() -> str:
 # What varies between two emissions of the same sentence, and what a translation keeps as is.
 _TOKEN = re.compile(
     r"(?P<code>`[^`\n]+`)"
-    r"|(?P<repr>(?:^|(?<=[(\[=,:] )|(?<=[(\[=]))'[^'\n]*'(?![\w']))"
+    r"|(?P<repr>(?:^|(?<=[(\[=,:] )|(?<=[(\[=]))'[^'\n]*'"
+    r"(?:… \(\d+ characters, the first \d+ shown\))?(?![\w']))"
     r"|(?P<shape>\((?:\s*-?\d+\s*,)+\s*(?:-?\d+\s*)?\)|\(\))"
     r"|(?P<number>(?<![\w.])-?(?:\d+(?:\.\d+)?|\.\d+)(?:e[-+]?\d+)?(?![\w])|(?<![\w])-?(?:nan|inf)(?![\w]))"
     r"|(?P<name>\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b|\b[A-Za-z]\w*_\w*\b"
@@ -385,7 +388,7 @@ def translation(message: str, book: Catalog) -> tuple[str, list[str]]:
     lines, missed, verbatim = [], [], False
     for text in message.split("\n"):
         if verbatim and not text.startswith(_WHY):
-            lines.append(text)  # the learner's traceback
+            lines.append(_said_clipped(text, book))  # the learner's traceback
             continue
         raised = _RAISED.match(text)
         found = _line(text, book) if text.strip() else text
@@ -396,8 +399,30 @@ def translation(message: str, book: Catalog) -> tuple[str, list[str]]:
             missed.append(text)
             found = text
         verbatim = verbatim or bool(raised) or text.startswith(_OUTPUT)
-        lines.append(found)
+        lines.append(_said_clipped(found, book))
     return "\n".join(lines), missed
+
+
+#: what a quote cut short says of itself (``inert.clip``), at its first or last characters
+CLIPPED = {
+    "first": "({length} characters, the first {shown} shown)",
+    "last": "({length} characters, the last {shown} shown)",
+}
+
+
+def _said_clipped(line: str, book: Catalog) -> str:
+    """``line`` with what each quote cut short says of itself (``inert.CLIPPED``) in the book's
+    language: the quote itself, a token (a clipped answer) or copied text (a clipped
+    exception message), stays as it is."""
+
+    def said(match: re.Match) -> str:
+        template = book.ui.get(CLIPPED[match.group(2)])
+        if template is None:
+            _note(book.lang, [CLIPPED[match.group(2)]])
+            return match.group()
+        return template.format(length=match.group(1), shown=match.group(3))
+
+    return inert.CLIPPED_PATTERN.sub(said, line) if "characters, the " in line else line
 
 
 def translate(message: str, lang: str | None = None) -> str:

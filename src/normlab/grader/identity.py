@@ -51,6 +51,8 @@ CANVAS = re.compile(r"^(?P<name>[a-z0-9]+)(?:_LATE)?_(?P<id>\d+)_(?P<submission>
 GRADESCOPE = re.compile(r"^submission_\d+$")
 GRADESCOPE_METADATA = "submission_metadata.yml"
 NOTEBOOK = ".ipynb"
+#: where an id can come from; a result carries its own (``layout`` in ``normlab grade --json``)
+LAYOUTS = ("moodle", "canvas", "gradescope", "folder", "file")
 
 
 @dataclasses.dataclass(frozen=True)

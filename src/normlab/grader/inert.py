@@ -22,14 +22,23 @@ markup, a formula or a terminal control:
 * ``folder_name``: the feedback folder of an id, one per id: the id itself when it is a plain
   lower-case name, else a slug and 16 hex digits of the id's SHA-256 after a ``~`` (which no
   plain name holds), so that no two ids share a folder, on case-insensitive file systems too.
+
+And what a submission wrote is quoted short: ``clip`` cuts any text of the student's that a
+message quotes (an answer, a returned value's type, an exception's message, a traceback) to
+``Limits.shown_output_chars`` characters and says how long it was, so that no answer, however
+long, makes a message, a cached result or a page long.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import hashlib
 import re
 import unicodedata
+
+from normlab.grader.isolation.limits import DEFAULT
 
 # Letters that render as nothing (Hangul fillers, the braille blank): spoofing, not text.
 _INVISIBLE = frozenset("\u115f\u1160\u3164\uffa0\u2800")
@@ -77,6 +86,57 @@ def identifier(value: str) -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+# ----------------------------------------------------------------------------- quotes
+
+# The bound of ``clip`` in this thread: while ``normlab grade`` grades a submission, its run's
+# ``Limits.shown_output_chars`` (``quoting``); elsewhere (the notebook's ``check()``) the default.
+_SHOWN: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "shown_chars", default=DEFAULT.shown_output_chars
+)
+
+#: what a cut text says of itself (``i18n`` translates it wherever it appears)
+CLIPPED = "({length} characters, the {end} {shown} shown)"
+CLIPPED_PATTERN = re.compile(r"\((\d+) characters, the (first|last) (\d+) shown\)")
+_CUT_AT_END = re.compile(r"… \(\d+ characters, the first (\d+) shown\)\Z")
+_CUT_AT_START = re.compile(r"\A\(\d+ characters, the last (\d+) shown\) …")
+
+
+@contextlib.contextmanager
+def quoting(limits):
+    """Quote with ``limits.shown_output_chars`` in this thread, for the ``with`` block."""
+    token = _SHOWN.set(limits.shown_output_chars)
+    try:
+        yield
+    finally:
+        _SHOWN.reset(token)
+
+
+def clip(value: object, limit: int | None = None, *, quote: bool = False, last: bool = False):
+    """What a submission wrote, as a message quotes it: at most ``limit`` characters of it
+    (default: ``Limits.shown_output_chars``, ``quoting``), and when it is longer, its length:
+    ``'ééé'… (4000000 characters, the first 300 shown)``.
+
+    Args:
+        value: the text (anything else is quoted as ``str(value)``).
+        quote: show it as Python writes a string (``repr``), as an answer is quoted.
+        last: keep its end rather than its start (a traceback ends with what went wrong).
+
+    A text cut already (by the parent, as it read the reply) is not cut again: it keeps the
+    length it states.
+    """
+    text = value if isinstance(value, str) else str(value)
+    limit = _SHOWN.get() if limit is None else limit
+    if len(text) <= limit:
+        return repr(text) if quote else text
+    cut = None if quote else (_CUT_AT_START if last else _CUT_AT_END).search(text)
+    if cut and int(cut.group(1)) <= limit and len(text) - len(cut.group()) <= limit:
+        return text
+    kept = text[len(text) - limit :] if last else text[:limit]
+    kept = repr(kept) if quote else kept
+    said = CLIPPED.format(length=len(text), end="last" if last else "first", shown=limit)
+    return f"{said} …{kept}" if last else f"{kept}… {said}"
 
 
 # ----------------------------------------------------------------------------- CSV

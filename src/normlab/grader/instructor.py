@@ -46,6 +46,13 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
         help="ignore code more than this share of the class wrote (default 0.25)",
     )
     similar.add_argument("--top", type=int, default=20, help="pairs shown side by side")
+    similar.add_argument(
+        "--limit",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a limit of docs/grading.md's table, as `normlab grade --limit` takes it: the "
+        "token bounds max_cell_tokens and max_code_tokens are those the report parses within",
+    )
     similar.set_defaults(run=_run("similarity"))
 
     canvas = kinds.add_parser(
@@ -60,5 +67,17 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     canvas.add_argument("--course", required=True, help="the course's number in Canvas")
     canvas.add_argument("--assignment", required=True, help="the assignment's number")
     canvas.add_argument("--token-file", metavar="FILE", help="default: $CANVAS_TOKEN")
+    canvas.add_argument(
+        "--roster",
+        metavar="FILE.csv",
+        help="columns student,canvas_user_id: the Canvas user of each id that is not from "
+        "Canvas's own download (only those ids are pushed otherwise)",
+    )
+    canvas.add_argument(
+        "--scale",
+        action="store_true",
+        help="post each score scaled to the assignment's points in Canvas (without it, an "
+        "assignment whose points are not the lab's is refused)",
+    )
     canvas.add_argument("--dry-run", action="store_true", help="print the requests, send none")
     canvas.set_defaults(run=_run("canvas"))

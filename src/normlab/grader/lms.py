@@ -89,16 +89,38 @@ def class_summary(submissions: list[dict]) -> str:
 def canvas_csv(submissions: list[dict]) -> str:
     """Canvas's gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, one column per
     assignment (named after the lab; rename it to "Name (assignment id)" to fill an existing
-    assignment), and the "Points Possible" row under the header. Rows are matched on ID."""
-    labs, students = _rows(submissions)
+    assignment), and the "Points Possible" row under the header. Rows are matched on ID.
+
+    ID is Canvas's user id, so it is filled only for an id that Canvas's own download wrote
+    (``layout`` ``canvas`` in every submission of it): any other id is a name someone chose (a
+    plain file name ``03_layernorm_5678.ipynb`` would give a classmate's user id), and its row
+    is written with ID empty, for the instructor to fill in (``canvas_ids_missing`` names them).
+    """
+    mine = [s for s in submissions if s.get("layout") == "canvas"]
+    others = [s for s in submissions if s.get("layout") != "canvas"]
+    labs = sorted({s["lab"] for s in submissions if s.get("lab")})
     maximum = _lab_max(submissions)
     header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *labs]
     rows = [header, ["    Points Possible", "", "", "", "", *[maximum[lab] for lab in labs]]]
-    for student, copy in sorted(students):
-        row = students[student, copy]
-        scores = [row["scores"].get(lab, "") for lab in labs]
-        rows.append([row["name"], student, "", "", "", *scores])
+    for chosen, with_id in ((mine, True), (others, False)):
+        _, students = _rows(chosen)
+        for student, copy in sorted(students):
+            row = students[student, copy]
+            scores = [row["scores"].get(lab, "") for lab in labs]
+            rows.append([row["name"], student if with_id else "", "", "", "", *scores])
     return _write(rows)
+
+
+def canvas_ids_missing(submissions: list[dict]) -> list[str]:
+    """The ids, in order, of the submissions that Canvas's download did not name (another
+    layout, or results without ``layout``): no Canvas user id is known for them."""
+    return sorted(
+        {
+            student
+            for (student, _lab, _path), s in zip(claims(submissions), submissions, strict=True)
+            if s.get("layout") != "canvas"
+        }
+    )
 
 
 # ----------------------------------------------------------------------------- Moodle
@@ -194,16 +216,18 @@ def moodle_csv(submissions: list[dict], lab: str, modified: datetime.datetime | 
     after it, so a grade typed into Moodle after the export is kept."""
     modified = modified or datetime.datetime.now(datetime.timezone.utc)
     stamp = modified.astimezone(datetime.timezone.utc).strftime(MOODLE_DATE)
-    ours = [s for s in submissions if s.get("lab") == lab]
+    # Moodle reads the number after "Participant "'s length, whatever precedes it: only a
+    # submission Moodle's download named has a row (exports.py names the others)
+    ours = [s for s in submissions if s.get("lab") == lab and s.get("layout") == "moodle"]
     labs, students = _rows(ours)
     maximum = _lab_max(submissions).get(lab, 0)
     comments = _comments(ours)
     rows = [list(MOODLE_COLUMNS)]
     for student, copy in _sort_ids(students):
         row = students[student, copy]
-        if lab not in row["scores"]:
+        if lab not in row["scores"] or not student.isdigit():
             continue
-        identifier = f"Participant {student}" if student.isdigit() else student
+        identifier = f"Participant {student}"
         score = row["scores"][lab]
         comment = comments.get((student, copy), "")
         cells = [identifier, row["name"], f"{score:.2f}", f"{maximum:.2f}", stamp, comment]
@@ -250,17 +274,19 @@ def moodle_feedback_zip(
     by one participant gets the notebook's stem after the lab (as ``report.write_feedback``).
 
     Returns the zip's bytes and the paths of the submissions left out: Moodle finds a
-    participant only by number, so a submission whose id is not a Moodle participant's has no
-    folder. Entries carry a fixed date, so the same results give the same bytes."""
+    participant only by number, so a submission whose id Moodle's download did not write (a
+    plain file name ``03_layernorm_1234.ipynb`` would give a classmate's number) has no folder,
+    nor a row in the worksheet. Entries carry a fixed date, so the same results give the same bytes."""
     from normlab.grader import report
 
-    ours = [r for r in results if r.lab == lab]
+    mine = [r for r in results if r.lab == lab and r.layout == "moodle"]
+    ours = mine + [r for r in results if r.lab == lab and r.layout != "moodle"]
     submissions = [r.as_dict() for r in ours]
     buffer = io.BytesIO()
     left_out, taken = [], set()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for (student, _copy, _s), result in zip(_copies(submissions), ours, strict=True):
-            if not student.isdigit():
+            if result.layout != "moodle" or not student.isdigit():
                 left_out.append(result.path)
                 continue
             folder = moodle_folder(result.name or "", student)

@@ -15,7 +15,7 @@ import threading
 import types
 import warnings
 
-from normlab.grader import core, i18n, report
+from normlab.grader import core, i18n, inert, report
 from normlab.grader.isolation import hidden
 from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
@@ -152,8 +152,9 @@ class InProcessSubmission(core.Submission):
         except NotImplementedError:
             raise core.NotImplementedYet(f"`{name}` is not implemented yet") from None
         except Exception as error:
+            kind = type(error).__name__
             raise core.RaisedError(
-                f"`{name}` raised {type(error).__name__}: {error}", type(error).__name__
+                f"`{name}` raised {inert.clip(kind)}: {inert.clip(error)}", kind
             ) from None
         if torch_used and not hits:  # a library norm is the from-scratch rule's to report
             raise core.RaisedError(

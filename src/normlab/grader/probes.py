@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from normlab.grader import keys
+from normlab.grader import inert, keys
 from normlab.grader.core import CheckFailed, Output, describe_item, fmt_shape
 
 
@@ -511,6 +511,12 @@ _SECOND_TOKEN = re.compile(
 )
 
 
+def quoted(answer: object) -> str:
+    """An answer as a message quotes it: a string as Python writes it, anything else by its
+    ``repr``; at most ``Limits.shown_output_chars`` characters of it (``inert.clip``)."""
+    return inert.clip(answer, quote=True) if isinstance(answer, str) else inert.clip(repr(answer))
+
+
 class ChoiceError(ValueError):
     """A multiple-choice answer that names no option letter, or more than one."""
 
@@ -524,23 +530,25 @@ def parse_choice(answer) -> str:
     learner reads) when the answer names no letter, or two (``"bc"``, ``"b, c"``, ``"b or c"``).
     """
     if not isinstance(answer, str):
-        raise ChoiceError(f'expected a string with one option letter, e.g. "b", found {answer!r}')
+        raise ChoiceError(
+            f'expected a string with one option letter, e.g. "b", found {quoted(answer)}'
+        )
     text = answer.strip().lower()
     if re.fullmatch(r"[a-h]{2,6}", text) and len(set(text)) == len(text):
         letters = ", ".join(text)
         raise ChoiceError(
-            f'{answer!r} names several options ({letters}); give exactly one letter, e.g. "b"'
+            f'{quoted(answer)} names several options ({letters}); give exactly one letter, e.g. "b"'
         )
     match = _OPTION_TOKEN.match(text)
     if match is None:
         raise ChoiceError(
-            f'{answer!r} does not start with an option letter; write one letter, e.g. "b" '
+            f'{quoted(answer)} does not start with an option letter; write one letter, e.g. "b" '
             'or "(b) because ..."'
         )
     rest = text[match.end() :]
     if _SECOND_TOKEN.match(rest) and not re.match(r"^\s*[.)]?\s*[a-z]\s+[a-z]{2,}", rest):
         raise ChoiceError(
-            f'{answer!r} names more than one option; give exactly one letter, e.g. "b"'
+            f'{quoted(answer)} names more than one option; give exactly one letter, e.g. "b"'
         )
     return match.group("paren") or match.group("bare")
 
@@ -613,7 +621,7 @@ def expect_value(out: Output, accepted: Callable[[object], bool], *, what: str, 
     if item.array is None or item.kind not in ("str", "scalar"):
         raise CheckFailed(f"{what}: expected a string or a number, found {describe_item(item)}")
     if not accepted(item.array.item()):
-        raise CheckFailed(f"{what}: {item.array.item()!r} is not right. {hint}")
+        raise CheckFailed(f"{what}: {quoted(item.array.item())} is not right. {hint}")
 
 
 # ----------------------------------------------------------------------------- keyed numbers

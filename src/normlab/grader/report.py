@@ -16,6 +16,7 @@ from pathlib import Path
 from normlab.grader import i18n, inert
 from normlab.grader.attribution import is_learner_code
 from normlab.grader.core import CheckResult
+from normlab.grader.identity import LAYOUTS
 
 PASS, FAIL = "✓", "✗"
 
@@ -118,9 +119,27 @@ class SubmissionResult:
     #: the paths of the other submissions of this lab that claim the same student id (empty:
     #: none); the instructor decides which is the student's
     id_conflict: list[str] = dataclasses.field(default_factory=list)
+    #: the layout the id was read from (``identity.LAYOUTS``: ``"canvas"`` means Canvas's own
+    #: download wrote it, so it is a Canvas user id); None in results of an older grader
+    layout: str | None = None
     #: False when the result is not the submission's doing (its process was killed from
     #: outside): never cached, regraded on the next run. Not part of the JSON.
     cacheable: bool = dataclasses.field(default=True, compare=False)
+
+    def bounded(self, chars: int) -> SubmissionResult:
+        """This result with its error, each check's message and each finding cut to ``chars``
+        characters, their length stated (``inert.clip``): what one submission may put in the
+        cache, the gradebook, the table and the feedback (``Limits.max_message_chars``)."""
+        checks = [
+            dataclasses.replace(check, message=inert.clip(check.message, chars))
+            for check in self.checks
+        ]
+        return dataclasses.replace(
+            self,
+            error=None if self.error is None else inert.clip(self.error, chars),
+            checks=checks,
+            findings=[inert.clip(finding, chars) for finding in self.findings],
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -136,6 +155,7 @@ class SubmissionResult:
             "lang": self.lang,
             "name": self.name,
             "id_conflict": list(self.id_conflict),
+            "layout": self.layout,
         }
 
     @classmethod
@@ -177,6 +197,11 @@ class SubmissionResult:
         others = data.get("id_conflict", [])
         if not isinstance(others, list) or not all(isinstance(p, str) for p in others):
             raise ValueError("id_conflict is not a list of text")
+        layout = _field(data, "layout", str, optional=True)
+        if layout is not None and layout not in LAYOUTS:
+            raise ValueError(
+                f"layout {inert.text(repr(layout))} is not one of {', '.join(LAYOUTS)}"
+            )
         return cls(
             path,
             lab,
@@ -190,6 +215,7 @@ class SubmissionResult:
             i18n.normalise(lang),
             name,
             others,
+            layout,
         )
 
 

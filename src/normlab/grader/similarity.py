@@ -11,6 +11,12 @@ only lose matches), so a reordered body keeps its fingerprints. Fingerprints of 
 starter code, and fingerprints that more than ``common`` of the class share (MOSS's rule: what
 many write is how the problem is solved, not copying), are ignored.
 
+The notebooks are parsed as ``normlab grade`` parses them (``trap.parse_cells``, within the
+token bounds ``Limits.max_cell_tokens`` and ``Limits.max_code_tokens``), and the rest of the
+work is linear in the code read. A notebook that cannot be read, or a cell past those bounds, is
+listed in the report as not analysed (the cell's answers are not compared; a copy hidden in
+such a cell is itself worth a look), and the rest of the class is reported.
+
 A pair's score is the Jaccard index of the two answers' remaining fingerprints, with
 ``EVIDENCE`` added to the union: near 1 when they are the same code up to names and layout
 (and there is enough of it), near 0 for independent answers. It flags; it does
@@ -20,14 +26,17 @@ not accuse (see the page's text).
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import html
 import itertools
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
 from normlab.grader import inert, trap
+from normlab.grader.isolation.limits import DEFAULT
 
 K = 5  # tokens per fingerprint: about one short sub-expression
 # added to a pair's union: two answers that share a couple of fragments and have nothing else
@@ -43,8 +52,7 @@ def _tokens(node: ast.AST, params: set[str], local: set[str]) -> list[str]:
             out.append("V" if item.id in local else f"N:{item.id}")
             return
         if isinstance(item, ast.Constant):
-            value = item.value
-            out.append("S" if isinstance(value, str) else f"C:{value!r}")
+            out.append(_constant(item.value))
             return
         if isinstance(item, ast.expr_context):
             return
@@ -62,6 +70,17 @@ def _tokens(node: ast.AST, params: set[str], local: set[str]) -> list[str]:
 
     walk(node)
     return out
+
+
+def _constant(value: object) -> str:
+    """A constant's token. An integer is written in hexadecimal: Python refuses to write one
+    of more than 4300 decimal digits (``sys.int_info.default_max_str_digits``), and a literal of
+    that size is a student's to write."""
+    if isinstance(value, str):
+        return "S"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"C:{value:#x}"
+    return f"C:{value!r}"
 
 
 def _hash(tokens: list[str]) -> str:
@@ -86,15 +105,56 @@ def _local_names(function: ast.FunctionDef) -> set[str]:
     return stored - params
 
 
+class _Segments:
+    """The source text of a node of a tree parsed from ``source``, in time linear in the
+    source over all the nodes asked for (``ast.get_source_segment`` splits the whole source
+    again for each node: quadratic over a function of many statements). Lines are split as the
+    parser splits them; a line's columns, which ``ast`` gives in UTF-8 bytes, are mapped to
+    characters once, for a line that is not ASCII."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.starts = [0] + [match.end() for match in re.finditer(r"\r\n|\r|\n", source)]
+        self.columns: dict[int, list[int] | None] = {}
+
+    def _offset(self, lineno: int, column: int) -> int:
+        start = self.starts[lineno - 1]
+        if lineno not in self.columns:
+            end = self.starts[lineno] if lineno < len(self.starts) else len(self.source)
+            line = self.source[start:end]
+            self.columns[lineno] = (
+                None
+                if line.isascii()
+                else list(
+                    itertools.accumulate(
+                        (len(c.encode("utf-8", "surrogatepass")) for c in line), initial=0
+                    )
+                )
+            )
+        widths = self.columns[lineno]
+        return start + (column if widths is None else bisect.bisect_left(widths, column))
+
+    def text(self, node: ast.AST) -> str:
+        if (
+            getattr(node, "end_lineno", None) is None
+            or getattr(node, "end_col_offset", None) is None
+        ):
+            return ""
+        begin = self._offset(node.lineno, node.col_offset)
+        return self.source[begin : self._offset(node.end_lineno, node.end_col_offset)]
+
+
 def answers(sources: list[str], names: list[str]) -> dict[str, list[tuple[str, set[str]]]]:
     """Function name -> its body's statements as (source text, fingerprints), for each of
-    ``names`` that the code cells define (the last definition wins, as when they run)."""
+    ``names`` that the code cells define (the last definition wins, as when they run).
+
+    The cells are parsed as the grader parses them (``trap.parse_cells``, within this thread's
+    token bounds, ``trap.parse_bounds``); a cell past them (``unanalysed``) is not read."""
     found: dict[str, list[tuple[str, set[str]]]] = {}
-    for source in sources:
-        try:
-            tree = trap.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
+    for source, tree in zip(sources, trap.parse_cells(tuple(sources)), strict=True):
+        if not isinstance(tree, ast.Module):
+            continue  # a syntax error, or past the bounds
+        segments = _Segments(source)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name in names:
                 body = node.body
@@ -105,11 +165,11 @@ def answers(sources: list[str], names: list[str]) -> dict[str, list[tuple[str, s
                 ):
                     body = body[1:]  # the docstring is the lab's
                 params = {a.arg for a in node.args.args + node.args.kwonlyargs}
-                local = _local_names(node)
                 try:
+                    local = _local_names(node)
                     found[node.name] = [
                         (
-                            ast.get_source_segment(source, statement) or "",
+                            segments.text(statement),
                             {f"{node.name}:{h}" for h in fingerprints(statement, params, local)},
                         )
                         for statement in body
@@ -117,6 +177,20 @@ def answers(sources: list[str], names: list[str]) -> dict[str, list[tuple[str, s
                 except RecursionError:  # a tree too deep to walk: nothing to compare
                     found.pop(node.name, None)
     return found
+
+
+def unanalysed(sources: list[str]) -> str:
+    """Why some of a notebook's code is not compared ("" when all of it is): its cells past the
+    grader's token bounds, or too deep to parse (``trap.unanalysable_cells``)."""
+    cells = trap.unanalysable_cells(sources)
+    if not cells:
+        return ""
+    numbers = ", ".join(str(index + 1) for index in cells)
+    return (
+        f"code cell{'s' if len(cells) > 1 else ''} {numbers}: {trap.UNANALYSABLE} (past the "
+        "grader's bounds max_cell_tokens or max_code_tokens, or nested too deeply); the answers "
+        "in them are not compared"
+    )
 
 
 def compare(
@@ -185,7 +259,12 @@ def _side(statements: list[tuple[str, set[str]]], shared: set[str]) -> str:
 
 
 def to_html(
-    class_answers: dict, pairs: list[dict], lab: str, names: list[str], top: int = 20
+    class_answers: dict,
+    pairs: list[dict],
+    lab: str,
+    names: list[str],
+    top: int = 20,
+    not_analysed: list[dict] = (),
 ) -> str:
     parts = [
         "<!DOCTYPE html>",
@@ -226,15 +305,51 @@ def to_html(
                 f"<td><pre>{_side(right, pair['_shared'])}</pre></td></tr>"
             )
         parts.append("</table>")
+    parts.append(not_analysed_html(list(not_analysed)))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
+def _notebook(path: Path, names: list[str], limits) -> tuple[dict, str]:
+    """A notebook's answers and why some of its code is not compared ("" when all of it is).
+
+    The barrier around one notebook: whatever it holds, it costs the report that notebook's
+    answers at most, said in the reason."""
+    from normlab.grader.grade import read_code_cells
+
+    try:
+        with trap.parse_bounds(limits):
+            sources, _ = read_code_cells(path, limits)
+            return answers(sources, names), unanalysed(sources)
+    except (OSError, ValueError) as error:
+        return {}, f"not read: {error}"
+    except Exception as error:  # noqa: BLE001 -- one notebook never stops the class's report
+        return {}, f"not analysed: {type(error).__name__} while reading its code"
+
+
+def not_analysed_html(listed: list[dict]) -> str:
+    """The notebooks whose code is not all compared, and why (ids and reasons as text)."""
+    if not listed:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(inert.text(item['student']))}</td>"
+        f"<td>{html.escape(inert.text(item['reason']))}</td></tr>"
+        for item in listed
+    )
+    return (
+        f"<h2>Not analysed ({len(listed)})</h2><p>The code of these notebooks is not, or not "
+        "all, compared: a notebook that is not one, or code past the bounds within which the "
+        "grader parses a notebook. What was read is compared; the rest deserves a look by "
+        "hand.</p><table><tr><th>student</th><th>why</th></tr>" + rows + "</table>"
+    )
+
+
 def run(args) -> int:
     """``normlab report similarity SUBMISSIONS... --lab STEM --out DIR``."""
+    import dataclasses
     import sys
 
-    from normlab.grader.grade import UsageError, find_submissions, read_code_cells
+    from normlab.grader.grade import UsageError, find_submissions, parse_limit_overrides
     from normlab.grader.registry import all_labs
     from normlab.grader.report import write_atomically
 
@@ -246,36 +361,42 @@ def run(args) -> int:
         return 2
     lab = all_labs()[args.lab]
     try:
+        limits = dataclasses.replace(
+            DEFAULT, **dict(parse_limit_overrides(getattr(args, "limit", None) or []))
+        )
         entries = find_submissions(args.paths, args.lab)
     except UsageError as error:
         print(f"normlab report similarity: {inert.text(error)}", file=sys.stderr)
         return 2
     class_answers: dict[str, dict] = {}
+    listed: list[dict] = []
     for entry in entries:
-        try:
-            sources, _ = read_code_cells(entry.path)
-        except (OSError, ValueError):
-            continue  # an unreadable notebook has nothing to compare
-        found = answers(sources, lab.names)
+        found, reason = _notebook(entry.path, lab.names, limits)
+        who = entry.student
+        if who in class_answers or any(item["student"] == who for item in listed):
+            who = f"{who} ({entry.path.name})"  # a second notebook of one student: kept apart
+        if reason:
+            listed.append({"student": who, "path": str(entry.path), "reason": reason})
         if found:
-            who = entry.student
-            if who in class_answers:  # a second notebook of one student: keep both, apart
-                who = f"{who} ({entry.path.name})"
             class_answers[who] = found
     starter: set[str] = set()
     stub = Path(args.starter or Path("labs") / f"{args.lab}.ipynb")
     if stub.is_file():
-        sources, _ = read_code_cells(stub)
-        for statements in answers(sources, lab.names).values():
+        found, _ = _notebook(stub, lab.names, limits)
+        for statements in found.values():
             for _, fps in statements:
                 starter |= fps
     pairs = compare(class_answers, starter, args.common)
     out = Path(args.out)
-    listed = [{k: v for k, v in p.items() if not k.startswith("_")} for p in pairs]
-    dumped = json.dumps({"lab": args.lab, "pairs": listed}, indent=1, ensure_ascii=False)
-    write_atomically(out / "similarity.json", inert.json_text(dumped + "\n"))
-    write_atomically(
-        out / "similarity.html", to_html(class_answers, pairs, args.lab, lab.names, args.top)
+    shown = [{k: v for k, v in p.items() if not k.startswith("_")} for p in pairs]
+    dumped = json.dumps(
+        {"lab": args.lab, "pairs": shown, "not_analysed": listed}, indent=1, ensure_ascii=False
     )
-    print(f"compared {len(class_answers)} notebooks of {args.lab}: {len(pairs)} pairs share code")
+    write_atomically(out / "similarity.json", inert.json_text(dumped + "\n"))
+    page = to_html(class_answers, pairs, args.lab, lab.names, args.top, listed)
+    write_atomically(out / "similarity.html", page)
+    print(
+        f"compared {len(class_answers)} notebooks of {args.lab}: {len(pairs)} pairs share code"
+        + (f"; {len(listed)} not (all) analysed, listed in the report" if listed else "")
+    )
     return 0

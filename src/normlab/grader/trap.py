@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Iterable
 
+from normlab.grader import inert
 from normlab.grader.isolation.limits import DEFAULT
 
 
@@ -374,6 +375,11 @@ def notebook_findings(sources: list[str], forbidden_names: Iterable[str]) -> lis
     return found
 
 
+def _shown(node: ast.AST) -> str:
+    """An expression of the notebook as a finding quotes it: short (``inert.clip``)."""
+    return inert.clip(ast.unparse(node))
+
+
 def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
     suffixes = {_last(name) for name in forbidden_names}
     trees = _parse_all(sources)
@@ -390,17 +396,17 @@ def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
                 for module in modules:
                     full = [f"{module}.{a.name}" for a in node.names] + [module]
                     if any(p.startswith(PRIVATE_LIBRARY) for p in full if p):
-                        add(f"PyTorch internals: {module}", cell, node)
+                        add(f"PyTorch internals: {inert.clip(module)}", cell, node)
                         break
             elif isinstance(node, ast.Attribute):
                 path = bindings.path(node)
                 if path and path.startswith(PRIVATE_LIBRARY):
-                    add(f"PyTorch internals: {ast.unparse(node)}", cell, node)
+                    add(f"PyTorch internals: {_shown(node)}", cell, node)
                 if node.attr == "modules" and isinstance(node.value, ast.Name):
                     if node.value.id == "sys":
                         add("module table: sys.modules", cell, node)
                 if node.attr == "__dict__" and bindings.path(node.value):
-                    add(f"computed lookup: {ast.unparse(node)}", cell, node)
+                    add(f"computed lookup: {_shown(node)}", cell, node)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 if node.func.id in ("getattr", "vars") and node.args:
                     constant = (
@@ -411,12 +417,12 @@ def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
                     target = bindings.path(node.args[0])
                     if target and not constant:
                         add(
-                            f"computed lookup: {node.func.id}({ast.unparse(node.args[0])}, ...)",
+                            f"computed lookup: {node.func.id}({_shown(node.args[0])}, ...)",
                             cell,
                             node,
                         )
                     elif target and constant and _last(node.args[1].value) in suffixes:
-                        add(f"library norm by name: {ast.unparse(node)[:80]}", cell, node)
+                        add(f"library norm by name: {_shown(node)}", cell, node)
             if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
                 text = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
                 if ".ipynb" in text or "solutions" in text:
@@ -425,7 +431,7 @@ def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
                 path = bindings.path(node.value)
                 if path and _last(path) in suffixes:
                     add(
-                        f"library norm or autograd bound to a name: {ast.unparse(node)[:80]}",
+                        f"library norm or autograd bound to a name: {_shown(node)}",
                         cell,
                         node,
                     )
@@ -435,7 +441,7 @@ def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
                     path = bindings.path(default)
                     if path and _last(path) in suffixes:
                         add(
-                            f"library norm or autograd as a default argument: {ast.unparse(default)[:60]}",
+                            f"library norm or autograd as a default argument: {_shown(default)}",
                             cell,
                             node,
                         )

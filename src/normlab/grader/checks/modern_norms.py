@@ -308,7 +308,7 @@ def _expect_bf16(sub, args, what):
     told = [p for p, wrong in args.evaluate(POLICY_PROBES) if bf16_close(got, wrong)]
     if told:
         message += f"\nWhy: {told[0].hint}"
-    raise CheckFailed(message)
+    raise CheckFailed(message, [p.name for p in told[:1]])
 
 
 # ----------------------------------------------------------------------------- placements

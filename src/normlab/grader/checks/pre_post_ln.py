@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from normlab.grader import keys
+from normlab.grader import inert, keys
 from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
@@ -618,7 +618,7 @@ def _number(sub, *args) -> float:
         or item.array.size != 1
         or item.kind not in ("scalar", "ndarray", "tensor")
     ):
-        raise CheckFailed(f"{what}: returned {item.kind}, expected a number")
+        raise CheckFailed(f"{what}: returned {inert.clip(item.kind)}, expected a number")
     return float(item.array.reshape(()))
 
 
@@ -672,7 +672,8 @@ def warmup(sub):
             raise CheckFailed(
                 f"linear_warmup_lr with base_lr={base_lr}, warmup_steps={warmup_steps}: at step "
                 f"{steps[worst]} got {got[worst]:.6g}, expected {expected[worst]:.6g}"
-                + (f"\nWhy: {probe.hint}" if probe else "")
+                + (f"\nWhy: {probe.hint}" if probe else ""),
+                [probe.name] if probe else [],
             )
     for step in (1, 7, 1000):
         got = _number(sub, step, 2e-3, 0)

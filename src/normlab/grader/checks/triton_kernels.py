@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from normlab.grader import inert
 from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, choice, expect_value, item_of
@@ -234,7 +235,7 @@ def _fail(what: str, detail: str, hints: list[tuple[str, str]]):
 def _array(out, index: int, what: str, shape, name: str) -> np.ndarray:
     item = item_of(out, index, what)
     if item.array is None or item.kind not in ("tensor", "ndarray"):
-        raise CheckFailed(f"{what}: {name} should be a tensor; found {item.kind}")
+        raise CheckFailed(f"{what}: {name} should be a tensor; found {inert.clip(item.kind)}")
     got = np.asarray(item.array, np.float64)
     if got.shape != tuple(shape):
         _fail(what, f"{name} has shape {got.shape}, expected {tuple(shape)}", [])
@@ -366,10 +367,12 @@ def _forward(sub, kind, m, n, dtype, seed, offset=0.0):
     got_y = _array(out, 0, what, (m, n), "y")
     dtypes = _dtypes(out, count + 1)
     if dtypes and dtypes[0] != f"torch.{dtype}":
-        raise CheckFailed(f"{what}: y is {dtypes[0]}; it should have x's dtype, torch.{dtype}")
+        raise CheckFailed(
+            f"{what}: y is {inert.clip(dtypes[0])}; it should have x's dtype, torch.{dtype}"
+        )
     for stat, dt in zip(stats, dtypes[1:], strict=False):
         if dt != "torch.float32":
-            raise CheckFailed(f"{what}: {stat} is {dt}; statistics are float32")
+            raise CheckFailed(f"{what}: {stat} is {inert.clip(dt)}; statistics are float32")
     got_stats = {s: _array(out, i, what, (m,), s) for s, (i, _) in stats.items()}
     tol = BF16_TOL if dtype == "bfloat16" else F32_TOL
     hints = []
@@ -503,7 +506,9 @@ def _backward(sub, kind, m, n, dtype, seed):
             if label != "dx" and got is not None and got.shape == (m,):
                 hints = [("dweight over the wrong axis", DW_AXIS_HINT)]
             if got is None:
-                raise CheckFailed(f"{what}: {label} should be a tensor; found {item.kind}")
+                raise CheckFailed(
+                    f"{what}: {label} should be a tensor; found {inert.clip(item.kind)}"
+                )
             _fail(what, f"{label} has shape {got.shape}, expected {shape}", hints)
         tol = dx_tol if label == "dx" else GRAD_TOL
         hints = []

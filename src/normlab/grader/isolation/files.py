@@ -61,6 +61,36 @@ def read_regular_file(path, limit: int) -> bytes:
         os.close(fd)
 
 
+def regular_file_lines(path, max_line: int, max_total: int):
+    """The lines of a regular file (bytes, without their end), opened as ``read_regular_file``
+    opens one. A line longer than ``max_line`` bytes is skipped without being held (None in its
+    place); the lines given stop before ``max_total`` bytes (a skipped line holds none of
+    them). ValueError for what is not a regular file."""
+    try:
+        fd = os.open(path, OPEN_FLAGS)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError("the file is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        total = 0
+        while True:
+            line = stream.readline(max_line + 1)
+            if not line:
+                return
+            if len(line) <= max_line or line.endswith(b"\n"):
+                total += len(line)
+                if total > max_total:
+                    return
+                yield line.rstrip(b"\n")
+                continue
+            while line and not line.endswith(b"\n"):  # the rest of a line too long: skipped
+                line = stream.readline(1 << 20)
+            yield None
+
+
 def anonymous_file(folder: str) -> int:
     """A read-write descriptor to a file with no name (nobody can swap it for a link)."""
     try:

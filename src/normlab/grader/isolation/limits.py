@@ -137,7 +137,16 @@ class Limits:
     shown_output_chars: int = limit(
         300,
         "count",
-        "characters of a dead process's last output quoted in its error",
+        "characters of any one text of the submission's that a message quotes (an answer, a "
+        "returned value's type, an exception's message, a traceback, a name in a finding, a "
+        "dead process's last output): a longer text is cut, its length stated",
+    )
+    max_message_chars: int = limit(
+        4000,
+        "count",
+        "characters of one message, error or finding of a result (a check's own message is at "
+        "most about 1,100): a longer one is cut, its length stated, before the result reaches "
+        "the cache, the gradebook, the table or the feedback",
     )
 
     def cell_timeout(self, remaining: float) -> float:

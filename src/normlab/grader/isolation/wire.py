@@ -25,11 +25,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from normlab.grader import core
+from normlab.grader import core, inert
 from normlab.grader.isolation.limits import DEFAULT, Limits
 
 MAX_NAMES = 10_000
-MAX_TEXT = 2000  # characters kept of any text field of a reply
 
 
 class ProtocolError(RuntimeError):
@@ -261,10 +260,13 @@ def encode_result(result, read_back: Sequence = ()) -> tuple[dict, list]:
 # ----------------------------------------------------------------------------- replies (parent side)
 
 
-def _text(value, field: str) -> str:
+def _text(value, field: str, last: bool = False) -> str:
+    """A text field of a reply, cut to ``Limits.shown_output_chars`` characters (its length
+    stated, ``inert.clip``): every text the child sends is the submission's, and a message may
+    quote it. ``last``: keep its end (a traceback's)."""
     if not isinstance(value, str):
         raise ProtocolError(f"reply field {field!r} is not text")
-    return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + " ..."
+    return inert.clip(value, last=last)
 
 
 def _flag(header: dict, field: str) -> bool:
@@ -328,7 +330,7 @@ def parse_call_reply(name: str, header: dict, arrays: list) -> core.Output:
     if not _flag(header, "ok"):
         error_type = _text(header.get("error_type"), "error_type")
         message = _text(header.get("message"), "message")
-        detail = _text(header.get("traceback", ""), "traceback")
+        detail = _text(header.get("traceback", ""), "traceback", last=True)
         raise core.error_from_reply(
             name, {"error_type": error_type, "message": message, "traceback": detail}
         )
