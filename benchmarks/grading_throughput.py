@@ -1,12 +1,30 @@
-"""How fast does `normlab grade` go? Seconds per submission and for a class.
+"""How fast does `normlab grade` go? One submission alone, and a class, in both isolation modes.
 
-    python benchmarks/grading_throughput.py            # 100 copies of the LayerNorm solution
-    python benchmarks/grading_throughput.py --copies 20 --jobs 2
-    python benchmarks/grading_throughput.py --grade-option=--no-sandbox   # plain processes
+    python benchmarks/grading_throughput.py                  # both modes, 40 copies, --jobs 2
+    python benchmarks/grading_throughput.py --copies 100 --jobs 4
+    python benchmarks/grading_throughput.py --mode processes --repeats 9
 
-Prints the median seconds of one submission graded alone by the command (everything included:
-the grader's own start-up, the fork server's imports, the child, the checks), then the wall time
-of grading the whole class with ``--jobs`` workers (one fork server shared by all).
+Measured, for each mode (``sandbox``: ``--sandbox``, bubblewrap; ``processes``: ``--no-sandbox``,
+the fork server):
+
+- **one submission alone**: the LayerNorm solution graded by the command, the median wall time
+  of ``--repeats`` runs, everything included (the interpreter's and the grader's own start-up,
+  the probes of what this machine allows, the grader's import of PyTorch for its oracle, the
+  child's start-up, the notebook's cells, the checks);
+- **a class**: ``--copies`` copies graded with ``--jobs`` workers, as wall seconds per class and
+  per submission.
+
+A busy machine inflates every wall-clock figure. So the same run also times three start-ups of
+a bare interpreter (``python -c pass``, ``python -c 'import numpy'``, ``python -c 'import
+torch'``, each the median of ``--repeats``, at the start and again at the end), and each figure
+is also given as a ratio to the NumPy start-up: "9.5 x numpy" is nine and a half times as long
+as a fresh interpreter took to import NumPy in this run. PyTorch's import is the floor of one
+submission alone: the grader's oracle is PyTorch (float64 and autograd), so every grading run
+imports it once.
+
+As root, the processes mode is run with ``--allow-root`` (where ``nobody`` cannot run this
+Python, the worked solution's code then runs as root: it is our own). Nothing here is a test:
+no figure fails anything.
 """
 
 from __future__ import annotations
@@ -24,53 +42,99 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 
+#: the options of ``normlab grade`` that choose each mode
+MODES = {
+    "sandbox": ["--sandbox"],
+    "processes": ["--no-sandbox"] + (["--allow-root"] if os.geteuid() == 0 else []),
+}
+#: the start-ups each figure is compared with
+BASELINES = {
+    "python -c pass": "pass",
+    "python -c 'import numpy'": "import numpy",
+    "python -c 'import torch'": "import torch",
+}
+RATIO_TO = "python -c 'import numpy'"
+FLOOR = "python -c 'import torch'"
 
-OPTIONS: list[str] = []  # extra options for `normlab grade` (e.g. --no-sandbox)
+OPTIONS: list[str] = []  # extra options for `normlab grade` (bench.py's runs, --grade-option)
 
 
-def grade_command(folder: str, jobs: int) -> float:
+def seconds(command: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "normlab.cli", "grade", folder, "--jobs", str(jobs), "--quiet"]
-        + OPTIONS,
-        check=True,
-        capture_output=True,
-    )
+    subprocess.run(command, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
-def one_submission_seconds(repeats: int) -> list[float]:
-    return [grade_command(str(SOLUTION), 1) for _ in range(repeats)]
+def grade_command(folder: str, jobs: int, mode: list[str] | None = None) -> float:
+    """Wall seconds of ``normlab grade FOLDER --jobs JOBS`` in ``mode`` (options)."""
+    command = [sys.executable, "-m", "normlab.cli", "grade", folder, "--jobs", str(jobs)]
+    return seconds(command + ["--quiet"] + (mode or []) + OPTIONS)
 
 
-def class_seconds(copies: int, jobs: int) -> float:
+def one_submission_seconds(repeats: int, mode: list[str] | None = None) -> list[float]:
+    return [grade_command(str(SOLUTION), 1, mode) for _ in range(repeats)]
+
+
+def class_seconds(copies: int, jobs: int, mode: list[str] | None = None) -> float:
     with tempfile.TemporaryDirectory() as folder:
         for i in range(copies):
             (Path(folder) / f"student{i:03d}").mkdir()
             shutil.copy(SOLUTION, Path(folder) / f"student{i:03d}" / "03_layernorm.ipynb")
-        return grade_command(folder, jobs)
+        return grade_command(folder, jobs, mode)
+
+
+def baselines(repeats: int) -> dict[str, float]:
+    """Median wall seconds of each bare start-up, run in turn (so that load drift hits all)."""
+    runs: dict[str, list[float]] = {name: [] for name in BASELINES}
+    for _ in range(repeats):
+        for name, code in BASELINES.items():
+            runs[name].append(seconds([sys.executable, "-c", code]))
+    return {name: statistics.median(values) for name, values in runs.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copies", type=int, default=100)
-    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--copies", type=int, default=40)
+    parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
     parser.add_argument(
         "--grade-option", action="append", default=[], help="passed on to normlab grade"
     )
     args = parser.parse_args()
     OPTIONS.extend(args.grade_option)
-    alone = one_submission_seconds(args.repeats)
-    print(
-        f"one submission alone: median {statistics.median(alone):.2f} s "
-        f"(min {min(alone):.2f}, max {max(alone):.2f}, {args.repeats} runs)"
-    )
-    total = class_seconds(args.copies, args.jobs)
-    print(
-        f"{args.copies} submissions with --jobs {args.jobs}: {total:.1f} s "
-        f"({total / args.copies:.2f} s per submission)"
-    )
+    modes = list(MODES) if args.mode == "both" else [args.mode]
+    if "sandbox" in modes and shutil.which("bwrap") is None:
+        print("no bubblewrap here: the sandbox mode is left out")
+        modes.remove("sandbox")
+
+    start = baselines(args.repeats)
+    figures = {}
+    for mode in modes:
+        alone = one_submission_seconds(args.repeats, MODES[mode])
+        whole = class_seconds(args.copies, args.jobs, MODES[mode])
+        figures[mode] = alone, whole
+    end = baselines(args.repeats)
+
+    base = {name: (start[name] + end[name]) / 2 for name in BASELINES}
+    unit = base[RATIO_TO]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"baselines (median of {args.repeats}, at the start / at the end of this run):")
+    for name in BASELINES:
+        print(f"  {name:<28} {start[name]:6.2f} / {end[name]:.2f} s")
+    print(f"ratios ('x numpy') are to the mean of {RATIO_TO}: {unit:.2f} s")
+    for mode, (alone, whole) in figures.items():
+        median = statistics.median(alone)
+        print(
+            f"{mode}: one submission alone: median {median:.2f} s of {args.repeats} "
+            f"(min {min(alone):.2f}, max {max(alone):.2f}), {median / unit:.1f} x numpy, "
+            f"{median / base[FLOOR]:.2f} x import torch"
+        )
+        print(
+            f"{mode}: {args.copies} submissions with --jobs {args.jobs}: {whole:.1f} s, "
+            f"{whole / args.copies:.2f} s per submission ({whole / args.copies / unit:.1f} x numpy)"
+        )
+    print(f"load average (1 min) at the end: {load:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

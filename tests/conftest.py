@@ -105,6 +105,7 @@ LONGEST_FIRST = (
     "tests/test_adversarial.py",
     "notebooks/06_pre_post_ln.ipynb",
     "tests/test_workflow.py",
+    "tests/test_slurm.py",  # mostly waiting on the cluster
     "tests/test_site.py",
     "tests/test_release.py",
     "tests/test_edition_earns_nothing.py",
@@ -305,25 +306,36 @@ def _numba_compiles_once(jit: bool = True):
         numba.njit = original
 
 
-def solution_namespace(stem: str, replace: tuple[str, str] | None = None, jit: bool = True) -> dict:
+def solution_namespace(
+    stem: str, replace: tuple[str, str] | None = None, jit: bool = True, sources: bool = False
+) -> dict:
     """Execute the solution notebook's definition cells (no demos) and return its namespace.
 
     Only cells that define functions or answers are run, so the tests get the solution's
     functions without its slower demonstration cells. ``replace=(old, new)`` swaps one piece of
     source first (a mutated function or class), so that everything defined after it — a table
     of classes, an adapter — is built from the new version. ``jit=False``: a Numba kernel that
-    was not compiled before runs as plain Python (see ``_numba_compiles_once``).
+    was not compiled before runs as plain Python (see ``_numba_compiles_once``). ``sources``:
+    each cell gets a file name of its own in ``linecache``, so that ``inspect.getsource`` finds
+    its functions, as it does in Jupyter (``check()`` of lab 11 reads its kernels' source).
     """
     if missing_extra(stem):
         pytest.skip(missing_extra(stem))
     namespace: dict = {"__name__": "solution"}
     os.environ.pop("NORMLAB_GRADING", None)
-    for source in definition_cells(stem):
+    for index, source in enumerate(definition_cells(stem)):
         if replace is not None:
             source = source.replace(*replace)
         source = "\n".join(line for line in source.splitlines() if not line.startswith("check("))
+        filename = f"<{stem}>"
+        if sources:
+            import linecache
+
+            filename = f"<{stem} cell {index}>"
+            text = source + "\n"
+            linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         with _numba_compiles_once(jit):
-            exec(compile(source, f"<{stem}>", "exec"), namespace)
+            exec(compile(source, filename, "exec"), namespace)
     return namespace
 
 
@@ -355,7 +367,10 @@ def check_results(stem: str, objects: dict, first: str | None = None, from_scrat
     lab = get_lab(stem)
     if not from_scratch:
         lab = dataclasses.replace(lab, forbidden={})
-    guarded = core.ForbiddenGuard(notebook.InProcessSubmission(objects, lab.forbidden), lab)
+    submission = notebook.InProcessSubmission(objects, lab.forbidden)
+    if lab.companion is not None:  # lab 11: its kernels launched by the checks themselves
+        submission = notebook.submission_for(lab, objects)
+    guarded = core.ForbiddenGuard(submission, lab)
     chosen = [check for check in lab.checks if set(check.uses) & set(objects)]
     chosen.sort(key=lambda check: first not in check.uses)
     return (core.run_check(check, guarded) for check in chosen)

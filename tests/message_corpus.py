@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 
 import nbformat
@@ -45,19 +46,29 @@ def declared_texts(stem: str) -> dict[str, list[str]]:
     return {kind: list(dict.fromkeys(texts)) for kind, texts in found.items()}
 
 
+def _needs_sources(stem: str) -> bool:
+    """A lab whose checks read the source of the learner's functions (lab 11's kernels)."""
+    return MODULES[stem].LAB.companion is not None
+
+
 def lab_namespace(stem: str) -> dict:
     """The fresh lab's definition cells, executed (stubs and unanswered questions)."""
     namespace: dict = {"__name__": "lab"}
     os.environ.pop("NORMLAB_GRADING", None)
     book = nbformat.read(ROOT / "labs" / f"{stem}.ipynb", as_version=4)
-    for cell in book.cells:
+    for index, cell in enumerate(book.cells):
         if cell.cell_type != "code" or "runs-learner-code" in cell.metadata.get("tags", []):
             continue
         source = "\n".join(
             line for line in cell.source.splitlines() if not line.startswith("check(")
         )
+        filename = f"<{stem}>"
+        if _needs_sources(stem):  # as in Jupyter, where inspect.getsource finds a cell's source
+            filename = f"<{stem} lab cell {index}>"
+            text = source + "\n"
+            linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         try:
-            exec(compile(source, f"<{stem}>", "exec"), namespace)
+            exec(compile(source, filename, "exec"), namespace)
         except Exception:  # a demo cell that needs the learner's code: its stubs raise
             continue
     return namespace
@@ -115,7 +126,7 @@ def emitted_messages(stem: str) -> dict[str, list[str]]:
     module = MODULES[stem]
     names = module.LAB.names
     found: dict[str, list[str]] = {}
-    solution = solution_namespace(stem)
+    solution = solution_namespace(stem, sources=_needs_sources(stem))
     for edition, namespace in (("lab", lab_namespace(stem)), ("solution", solution)):
         given = {name: namespace[name] for name in names if name in namespace}
         found[edition] = _messages_of(stem, given)

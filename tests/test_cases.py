@@ -13,6 +13,7 @@ from normlab.grader.cases import (
     Args,
     Graded,
     affine_params,
+    backward,
     gain,
     rows_with_varied_scale,
     tensor64,
@@ -355,3 +356,83 @@ def test_from_scratch_adds_a_keywords_list_to_the_library_norms():
 
     table = from_scratch("f", g=AUTOGRAD)
     assert table == {"f": LIBRARY_NORMS, "g": LIBRARY_NORMS + AUTOGRAD}
+
+
+def _graphs(rng):
+    """Graphs that the oracles differentiate, each as (output, leaves), built anew per call."""
+    import torch
+    import torch.nn.functional as F
+
+    x, gamma = rng.normal(size=(5, 6)), rng.normal(1.0, 0.5, size=6)
+    images = rng.normal(size=(3, 4, 2, 2))
+
+    def leaves(*arrays):
+        return [tensor64(a, requires_grad=True) for a in arrays]
+
+    def layer_norm():
+        xt, gt, bt = leaves(x, gamma, 0 * gamma)
+        return F.layer_norm(xt, (6,), gt, bt, 1e-5), [xt, gt, bt]
+
+    def batch_norm():
+        xt, gt, bt = leaves(x, gamma, 0 * gamma)
+        return F.batch_norm(xt, None, None, gt, bt, training=True, eps=1e-5), [xt, gt, bt]
+
+    def group_norm():
+        xt, gt, bt = leaves(images, gamma[:4], 0 * gamma[:4])
+        return F.group_norm(xt, 2, gt, bt, 1e-5), [xt, gt, bt]
+
+    def rms_norm():
+        xt, gt = leaves(x, gamma)
+        return F.rms_norm(xt, (6,), gt, 1e-6), [xt, gt]
+
+    def dyt():
+        xt, gt, bt = leaves(x, gamma, 0 * gamma)
+        at = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+        return gt * torch.tanh(at * xt) + bt, [xt, at, gt, bt]
+
+    qkv = rng.normal(size=(3, 2, 3, 4, 8))
+
+    def attention():
+        qt, kt, vt = leaves(*qkv)
+        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), [qt, kt, vt]
+
+    return [layer_norm, batch_norm, group_norm, rms_norm, dyt, attention]
+
+
+def test_backward_gives_the_gradients_of_backward_with_a_gradient_bit_for_bit():
+    rng = np.random.default_rng(0)
+    for graph in _graphs(rng):
+        output, leaves = graph()
+        dy = rng.normal(size=tuple(output.shape)) * 10.0 ** rng.integers(-3, 4)
+        output.backward(tensor64(dy))
+        expected = [leaf.grad.numpy().copy() for leaf in leaves]
+        output, leaves = graph()
+        backward(output, dy)
+        for want, leaf in zip(expected, leaves, strict=True):
+            got = leaf.grad.numpy()
+            assert got.dtype == want.dtype and got.shape == want.shape, graph.__name__
+            assert np.array_equal(got, want), graph.__name__  # bit for bit, not within a tolerance
+
+
+def test_backward_refuses_a_gradient_of_another_shape():
+    output, _ = _graphs(np.random.default_rng(1))[0]()
+    with pytest.raises(ValueError, match=r"shape \(6,\) for an output of shape \(5, 6\)"):
+        backward(output, np.ones(6))  # it would broadcast in the product
+
+
+def test_backward_does_not_import_sympy():
+    """Its reason to exist: an explicit gradient imports SymPy (0.3 s of the grader's start-up)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, torch\n"
+        "from normlab.grader.cases import backward, tensor64\n"
+        "x = tensor64(np.ones((2, 3)) + np.arange(3), requires_grad=True)\n"
+        "backward(torch.nn.functional.layer_norm(x, (3,)), np.arange(6.0).reshape(2, 3))\n"
+        "assert x.grad is not None\n"
+        "print('sympy' in sys.modules)\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "False"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -286,3 +287,159 @@ def test_no_test_module_imports_another():
         for path in sorted((ROOT / "tests").glob("*.py"))
     }
     assert {name: found for name, found in importing.items() if found} == {}
+
+
+# --- numbers a chapter quotes from a stored output ---------------------------------------------
+
+# (chapter, its sentence, notebook, cell id, the cell's stored output): each named group of the
+# sentence must read as the output prints it, so a rerun that moves a number fails here until
+# both editions say the new one. Whitespace in the chapter is read as single spaces.
+_STREAM_RMS = (
+    r"x1: stream RMS after 24 sub-layers: \{'pre': (?P<pre1>[\d.]+),.*\n"
+    r".*x10: stream RMS after 24 sub-layers: \{'pre': (?P<pre10>[\d.]+), 'post': [\d.]+, "
+    r"'peri': (?P<peri10>[\d.]+), 'olmo2': (?P=peri10),"
+)
+QUOTED_OUTPUTS = [
+    (
+        "theory/09_modern_norms.md",
+        r"Pre-LN's stream RMS goes from (?P<pre1>[\d.]+) to (?P<pre10>[\d.]+) while Peri-LN's and "
+        r"OLMo 2's stay at (?P<peri10>[\d.]+)\.",
+        "solutions/09_modern_norms.ipynb",
+        "c9a00023",
+        _STREAM_RMS,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"del flujo de Pre-LN pasa de (?P<pre1>[\d.]+) a (?P<pre10>[\d.]+) mientras que la de "
+        r"Peri-LN y la de OLMo 2 se quedan en (?P<peri10>[\d.]+)\.",
+        "solutions/09_modern_norms.ipynb",
+        "c9a00023",
+        _STREAM_RMS,
+    ),
+]
+
+_NGPT = r"stream RMS after layers 1, 24, 48 = (?P<first>[\d.]+), [\d.]+, (?P<last>[\d.]+)"
+_CAST_ORDER = (
+    r"Llama\)\s+cast, then multiply\s+: mean (?P<llama>[\d.]+) ulp, max [\d.]+, exact within "
+    r"0.5 ulp: (?P<llama_share>\d+)%\n.*\n.*Gemma\)\s+cast, then multiply\s+: mean "
+    r"(?P<gemma>[\d.]+) ulp, max (?P<worst>[\d.]+), exact within 0.5 ulp: (?P<gemma_share>\d+)%"
+)
+_DECAY = (
+    r"after  10000 steps: Llama's gain (?P<llama>[\d.]+), Gemma's gain (?P<gemma>[\d.]+), "
+    r"a Gemma gain trained to 1.5 -> (?P<trained>[\d.]+)"
+)
+_BATCH_OF_TWO = (
+    r"running statistics: (?P<running>[\d.]+) .*\n.*training images: (?P<exact>[\d.]+) .*\n"
+    r".*themselves: (?P<own>[\d.]+) "
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/09_modern_norms.md",
+        r"grows its stream's RMS from (?P<first>[\d.]+) to (?P<last>[\d.]+)\.",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00018",
+        _NGPT,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"hace crecer la RMS de su flujo de (?P<first>[\d.]+) a (?P<last>[\d.]+)\.",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00018",
+        _NGPT,
+    ),
+    (
+        "theory/09_modern_norms.md",
+        r"mean error of (?P<llama>[\d.]+) ulp with Llama's gain and (?P<gemma>[\d.]+) ulp with "
+        r"Gemma's, (?P<llama_share>\d+)% and (?P<gemma_share>\d+)% of the values within 0.5 ulp, "
+        r"and errors up to (?P<worst>[\d.]+) ulp",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00008",
+        _CAST_ORDER,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"error medio de (?P<llama>[\d.]+) ulp con la ganancia de Llama y de (?P<gemma>[\d.]+) ulp "
+        r"con la de Gemma, el (?P<llama_share>\d+)% y el (?P<gemma_share>\d+)% de los valores a "
+        r"0.5 ulp como mucho, y errores de hasta (?P<worst>[\d.]+) ulp",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00008",
+        _CAST_ORDER,
+    ),
+    (
+        "theory/09_modern_norms.md",
+        r"Llama's gain is (?P<llama>[\d.]+) and Gemma's stays (?P<gemma>[\d.]+); a Gemma gain that "
+        r"training had moved to 1.5 is back to (?P<trained>[\d.]+)",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00011",
+        _DECAY,
+    ),
+    (
+        "es/theory/09_modern_norms.md",
+        r"Llama vale (?P<llama>[\d.]+) y la de Gemma sigue en (?P<gemma>[\d.]+); una ganancia de "
+        r"Gemma que el entrenamiento había llevado a 1.5 ha vuelto a (?P<trained>[\d.]+)",
+        "notebooks/09_modern_norms.ipynb",
+        "d9b00011",
+        _DECAY,
+    ),
+    (
+        "theory/08_training.md",
+        r"medians of (?P<running>[\d.]+) with the running averages, (?P<exact>[\d.]+) with the "
+        r"exact statistics and (?P<own>[\d.]+) on the training images",
+        "notebooks/08_training.ipynb",
+        "a1b2c3d7",
+        _BATCH_OF_TWO,
+    ),
+    (
+        "es/theory/08_training.md",
+        r"medianas de (?P<running>[\d.]+) con las medias móviles, (?P<exact>[\d.]+) con los "
+        r"estadísticos exactos y (?P<own>[\d.]+) en las imágenes de entrenamiento",
+        "notebooks/08_training.ipynb",
+        "a1b2c3d7",
+        _BATCH_OF_TWO,
+    ),
+]
+
+
+def stored_output(notebook: str, cell_id: str) -> str:
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    (cell,) = [c for c in cells if c.get("id") == cell_id]
+    return "".join(
+        "".join(out.get("text", ""))
+        for out in cell.get("outputs", [])
+        if out["output_type"] == "stream"
+    )
+
+
+def quoted_mismatches(chapter_text, sentence, output_text, printed):
+    said = re.search(sentence, " ".join(chapter_text.split()))
+    shown = re.search(printed, output_text)
+    if not said or not shown:
+        return [f"sentence found: {bool(said)}, output found: {bool(shown)}"]
+    return [
+        f"{name}: the chapter says {value}, the output prints {shown[name]}"
+        for name, value in said.groupdict().items()
+        if value != shown[name]
+    ]
+
+
+@pytest.mark.parametrize("chapter, sentence, notebook, cell_id, printed", QUOTED_OUTPUTS,
+                         ids=[q[0] for q in QUOTED_OUTPUTS])  # fmt: skip
+def test_a_chapter_quotes_the_numbers_its_notebook_stores(
+    chapter, sentence, notebook, cell_id, printed
+):
+    chapter_text = (ROOT / chapter).read_text(encoding="utf-8")
+    assert (
+        quoted_mismatches(chapter_text, sentence, stored_output(notebook, cell_id), printed) == []
+    )
+
+
+def test_a_stale_quote_is_told_which_number_moved():
+    chapter, sentence, notebook, cell_id, printed = QUOTED_OUTPUTS[0]
+    # the sentence as it stood when the output printed 4.5, 42.7 and 4.9
+    stale = (
+        "after 24 sub-layers, Pre-LN's stream\nRMS goes from 5.0 to 47.7 while Peri-LN's and "
+        "OLMo 2's stay at 4.8."
+    )
+    found = quoted_mismatches(stale, sentence, stored_output(notebook, cell_id), printed)
+    assert [f.split(":")[0] for f in found] == ["pre1", "pre10", "peri10"], found
+    assert "the chapter says 47.7, the output prints" in found[1], found

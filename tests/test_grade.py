@@ -72,6 +72,27 @@ def test_usage_errors_exit_nonzero(tmp_path):
     assert code == 2 and "no notebooks" in stderr
 
 
+def test_an_isolation_that_cannot_be_had_is_a_usage_error_from_the_probes_thread(monkeypatch):
+    """The probes run beside the grader's import of PyTorch (``grade.probe_isolation``), in a
+    thread of their own; what they refuse still stops the command with its reason."""
+    import threading
+
+    from normlab.grader import grade as grade_module
+    from normlab.grader.isolation.sandbox import IsolationError
+
+    probed_in = []
+
+    def refused(sandbox, allow_root):
+        probed_in.append(threading.current_thread())
+        raise IsolationError("no isolation to be had here (a test's)")
+
+    monkeypatch.setattr(grade_module, "choose_isolation", refused)
+    code, data, stderr = grade(SOLUTION)
+    assert (code, data) == (2, {})
+    assert "normlab grade: no isolation to be had here (a test's)" in stderr
+    assert probed_in and probed_in[0] is not threading.current_thread()
+
+
 @pytest.fixture(scope="module")
 def class_folder(tmp_path_factory) -> Path:
     """The foundation's mixed folder: correct, buggy, endless loop, sys.exit, syntax error, truncated JSON."""

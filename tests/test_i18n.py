@@ -571,3 +571,44 @@ def test_a_quote_cut_short_says_so_in_spanish():
         f"`f` lanzó ValueError: {'x' * 300}… (1000 caracteres; se muestran los 300 primeros)\n"
         f"(400 caracteres; se muestran los 300 últimos) …{'y' * 300}"
     )
+
+
+# ----------------------------------------------------------------------------- grade's frame
+
+
+@pytest.mark.parametrize("bwrap", [True, False])
+@pytest.mark.parametrize("private, namespaces", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("memory", [(None, None), ("/sys/fs/cgroup", 1), ("/sys/fs/cgroup", 2)])
+@pytest.mark.parametrize("user", ["grading user", "nobody", "root"])
+def test_every_isolation_grade_can_report_is_said_in_spanish(
+    monkeypatch, bwrap, private, namespaces, memory, user
+):
+    from normlab.grader import report
+    from normlab.grader.isolation import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: bwrap)
+    monkeypatch.setattr(sandbox.workspace, "available", lambda: private)
+    monkeypatch.setattr(sandbox.workspace, "namespaces_available", lambda: namespaces)
+    monkeypatch.setattr(sandbox.cgroup, "available", lambda: memory if memory[0] else None)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000 if user == "grading user" else 0)
+    monkeypatch.setattr(
+        sandbox, "unprivileged_ids", lambda _: (65534, 65534) if user == "nobody" else None
+    )
+    description = sandbox.choose_isolation(None, allow_root=True).description
+    i18n.untranslated.clear()
+    line = report.isolation_line(description, "es")
+    assert i18n.untranslated == [] and line.startswith("normlab grade: aislamiento: "), line
+    assert report.isolation_line(description, "en") == f"normlab grade: isolation: {description}"
+
+
+def test_the_count_line_is_in_the_language_of_the_notebooks():
+    from normlab.grader import report
+
+    def result(path, lang):
+        return report.SubmissionResult(path, "03_layernorm", 0, 0, None, [], lang=lang)
+
+    spanish, english = result("a.ipynb", "es"), result("b.ipynb", "en")
+    said = report.graded_line([spanish], 1, 0, 1.83)
+    assert said == "calificados 1 cuaderno(s), 0 reutilizados sin cambios de la caché, en 1.8 s"
+    both = report.graded_line([spanish, english], 2, 0, 1.83, lang="en")
+    assert both == "graded 2 notebook(s), reused 0 unchanged from the cache, in 1.8 s"

@@ -6,8 +6,9 @@ import functools
 
 import numpy as np
 import pytest
-from conftest import hints, lab_results, messages
+from conftest import hints, lab_results, messages, solution_namespace
 
+from normlab.grader import i18n
 from normlab.grader.checks import low_precision as lp
 
 HINTS = {function: hints(probes) for function, probes in lp.PROBES.items()}
@@ -93,8 +94,8 @@ RIGHT = {
     "lowp_rmsnorm_bf16": rmsnorm_bf16,
     "lowp_layernorm_bf16": layernorm_bf16,
     "lowp_merge": merge,
-    "LOWP_ONEPASS_ANSWER": "b",
-    "LOWP_GAIN_ANSWER": "c",
+    "LOWP_ONEPASS_ANSWER": "a",
+    "LOWP_GAIN_ANSWER": "d",
 }
 
 
@@ -443,7 +444,7 @@ def test_the_merge_oracle_agrees_with_the_whole_data():
 # ----------------------------------------------------------------------------- practice problems
 
 
-@pytest.mark.parametrize("name, key", [("LOWP_ONEPASS_ANSWER", "b"), ("LOWP_GAIN_ANSWER", "c")])
+@pytest.mark.parametrize("name, key", [("LOWP_ONEPASS_ANSWER", "a"), ("LOWP_GAIN_ANSWER", "d")])
 def test_each_wrong_letter_gets_its_misconception(name, key):
     why = lp.LOWP_ONEPASS_WHY if name == "LOWP_ONEPASS_ANSWER" else lp.LOWP_GAIN_WHY
     assert sorted(why) == sorted(set("abcd") - {key})
@@ -451,3 +452,68 @@ def test_each_wrong_letter_gets_its_misconception(name, key):
         assert misconception in messages(run(**{name: letter}))
     assert messages(run(**{name: key})) == ""
     assert messages(run(**{name: f"{key} or a"})) != ""  # two letters are not an answer
+
+
+# ----------------------------------------------------------------------------- the solution, changed
+# Each mistake written as a change of the solution notebook's own code, checked as the lab's
+# check cell checks it: check(function), that function's checks only.
+
+TRUNCATING = (
+    "rounded = (bits + 0x7FFF + lowest_kept) & 0xFFFF0000",
+    "rounded = bits & 0xFFFF0000",
+)
+
+
+def solution_changed(change):
+    return solution_namespace("10_low_precision", replace=change)
+
+
+@pytest.mark.parametrize("function", ["lowp_rmsnorm_bf16", "lowp_layernorm_bf16"])
+def test_a_bfloat16_norm_on_a_truncating_rounding_names_the_rounding_first(function):
+    namespace = solution_changed(TRUNCATING)
+    results = run(**{function: namespace[function]})
+    assert [r.name for r in results] == [c.name for c in lp.LAB.checks if function in c.uses]
+    (result,) = results
+    assert result.message.split("\n")[0] == (
+        "Fix `lowp_to_bfloat16` first: it fails its own check, "
+        "“bfloat16: nearest value, ties to even, float32 kept”."
+    )
+    assert HINTS[function]["truncated to bfloat16"] in result.message
+    # the failure is at offset 0: no hint about large offsets
+    assert "offset 0" in result.message or function == "lowp_rmsnorm_bf16"
+    assert "If only the rows with a large offset fail" not in result.message
+    assert i18n.translation(result.message, i18n.catalog("es"))[1] == []
+
+
+def test_a_bfloat16_norm_right_on_its_own_names_no_other_function():
+    namespace = solution_changed(TRUNCATING)
+    results = run(
+        lowp_layernorm_bf16=layernorm_bf16, lowp_to_bfloat16=namespace["lowp_to_bfloat16"]
+    )
+    assert [r.passed for r in results] == [False, True]  # the rounding's check, then the norm's
+
+
+def test_the_between_term_divided_twice_gets_its_own_why_and_no_dtype_advice():
+    change = (
+        "delta * delta * (count_a * count_b / count)",
+        "delta * delta * count_a * count_b / count**2",
+    )
+    results = run(lowp_merge=solution_changed(change)["lowp_merge"])
+    message = messages(results)
+    assert "offset 1:" in message
+    assert HINTS["lowp_merge"]["between-halves term divided by the count twice"] in message
+    assert HINTS["lowp_merge"]["between-halves term missing"] not in message
+    assert "float64 here" not in message and lp.MERGE_HINT not in message
+    assert i18n.translation(message, i18n.catalog("es"))[1] == []
+
+
+def test_a_layernorm_wrong_at_offset_0_gets_no_offset_hint():
+    def no_beta(x, gamma, beta, eps=1e-5):  # wrong at every offset, matched by no probe
+        return layernorm(x, gamma, np.zeros_like(beta), eps)
+
+    results = run(
+        lowp_layernorm=no_beta, lowp_layernorm_bf16=lambda *a, **k: to_bfloat16(no_beta(*a, **k))
+    )
+    at_offset_0 = [r.message for r in results if "offset 0," in r.message]
+    assert len(at_offset_0) == 2  # the float16 and the bfloat16 LayerNorm
+    assert not any("large offset" in message for message in at_offset_0)

@@ -7,8 +7,9 @@ import math
 
 import pytest
 import torch
-from conftest import assert_caught, lab_results, messages
+from conftest import assert_caught, lab_results, messages, solution_namespace
 
+from normlab.grader import i18n
 from normlab.grader.checks import modern_norms as lab
 
 PROBES = lab.QK_PROBES + lab.QK_GRAD_PROBES + lab.POLICY_PROBES + lab.SUBLAYER_PROBES
@@ -126,9 +127,9 @@ RIGHT = {
     "qknorm_grads": qk_grads(),
     "policy_rmsnorm_bf16": policy(),
     "sublayer_output": sublayer_with(),
-    "QK_BOUND_ANSWER": "b",
+    "QK_BOUND_ANSWER": "a",
     "DECAY_ANSWER": "(c) towards 0 and towards 1",
-    "NGPT_ANSWER": "B",
+    "NGPT_ANSWER": "D",
 }
 
 
@@ -257,7 +258,7 @@ def test_a_peri_bug_fails_only_the_peri_check():
     [
         ("QK_BOUND_ANSWER", "c", lab.QK_BOUND_WHY["c"]),
         ("DECAY_ANSWER", "b", lab.DECAY_WHY["b"]),
-        ("NGPT_ANSWER", "(d)", lab.NGPT_WHY["d"]),
+        ("NGPT_ANSWER", "(b)", lab.NGPT_WHY["b"]),
     ],
 )
 def test_a_wrong_letter_gets_its_misconception(name, wrong, why):
@@ -268,3 +269,35 @@ def test_two_letters_are_told_so():
     assert "several" in messages(run(QK_BOUND_ANSWER="a or b")) or "one letter" in messages(
         run(QK_BOUND_ANSWER="a or b")
     )
+
+
+# ----------------------------------------------------------------------------- the solution, changed
+# Each mistake written as a change of the solution notebook's own code, checked as the lab's
+# check cell checks it: check(function), that function's checks only.
+
+
+def test_one_plus_weight_rounded_to_bfloat16_gets_the_chapters_why():
+    change = (
+        "        gain = weight.to(wide.dtype)\n        if offset:\n            gain = 1.0 + gain\n",
+        "        gain = (1.0 + weight if offset else weight).to(wide.dtype)\n",
+    )
+    namespace = solution_namespace("09_modern_norms", replace=change)
+    results = run(policy_rmsnorm_bf16=namespace["policy_rmsnorm_bf16"])
+    assert_caught(results, PROBES, "1 + weight rounded to bfloat16")
+    (bad,) = [r for r in results if not r.passed]  # Gemma's order: the only one it changes
+    assert "offset=True, multiply_in_float32=True" in bad.message
+    assert i18n.translation(bad.message, i18n.catalog("es"))[1] == []
+
+
+def test_qknorm_grads_on_a_wrong_attention_names_the_attention_first():
+    # the adapter is right; the attention it differentiates scales k by gamma_q
+    change = ("+ eps) * gamma_k", "+ eps) * gamma_q")
+    namespace = solution_namespace("09_modern_norms", replace=change)
+    (result,) = run(qknorm_grads=namespace["qknorm_grads"])
+    assert result.message.split("\n")[0] == (
+        "Fix `qknorm_attention` first: it fails its own check, “QK-norm attention: RMSNorm of "
+        "each head over head_dim, then rotary, then causal softmax”."
+    )
+    assert i18n.translation(result.message, i18n.catalog("es"))[1] == []
+    (right,) = run(qknorm_grads=solution_namespace("09_modern_norms")["qknorm_grads"])
+    assert right.passed

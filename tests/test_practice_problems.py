@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,35 @@ def test_a_wrong_letter_is_told_its_misconception():
     (result,) = results
     assert not result.passed
     assert "(c) is not right" in result.message and "unbiased" in result.message
+
+
+# No letter may hold more than this share of the course's multiple-choice answers, so that a
+# learner who answers one letter everywhere scores near chance (a quarter, with four options).
+MOST_FOR_ONE_LETTER = 0.4
+
+
+def test_the_right_letters_are_spread_over_the_course():
+    keys = graded_letters()
+    counts = Counter(keys.values())
+    letter, most = counts.most_common(1)[0]
+    assert len(keys) >= 16, sorted(keys)  # every lab's questions were read
+    assert most <= MOST_FOR_ONE_LETTER * len(keys), (
+        f"({letter}) is the answer to {most} of the course's {len(keys)} questions: {counts}"
+    )
+
+
+@pytest.mark.parametrize("letter", "abcd")
+def test_one_letter_everywhere_scores_near_chance(letter):
+    from normlab.grader import notebook
+    from normlab.grader.registry import all_labs
+
+    keys = graded_letters()
+    earned = most = 0
+    for lab in all_labs().values():
+        asked = [name for name in lab.names if name in keys]
+        if asked:
+            _, results = notebook.run(lab=lab.stem, **dict.fromkeys(asked, letter))
+            earned += sum(r.points for r in results)
+            most += sum(r.max_points for r in results)
+    assert most >= len(keys)
+    assert earned <= MOST_FOR_ONE_LETTER * most, f"({letter}) everywhere scores {earned}/{most}"

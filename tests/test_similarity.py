@@ -269,3 +269,39 @@ def test_the_token_bounds_of_limit_are_the_ones_used(tmp_path):
     assert report["pairs"] == []
     assert [item["student"] for item in report["not_analysed"]] == ["alice", "bob", "carol"]
     assert all("a cell too large or deep" in item["reason"] for item in report["not_analysed"])
+
+
+def test_the_starter_code_is_found_from_any_folder(tmp_path, monkeypatch):
+    """Two students who hand in the lab as given share only its code: no pair, whether the
+    report runs in the course checkout or anywhere else (from elsewhere the starter was once
+    not found, and the blank labs were reported as copies of each other)."""
+    for student in ("ann", "bo"):
+        (tmp_path / "class" / student).mkdir(parents=True)
+        shutil.copy(ROOT / "labs" / "04_rmsnorm.ipynb", tmp_path / "class" / student)
+    monkeypatch.chdir(tmp_path)
+    arguments = ["report", "similarity", "class", "--lab", "04_rmsnorm", "--out", "out"]
+    code, _, stderr = run_cli(arguments)
+    assert code == 0, stderr
+    report = json.loads((tmp_path / "out" / "similarity.json").read_text(encoding="utf-8"))
+    assert report["pairs"] == []
+    assert Path(report["starter"]).resolve() == (ROOT / "labs" / "04_rmsnorm.ipynb").resolve()
+    assert "no starter notebook" not in stderr
+
+    # Without the course's labs, the report says what it could not remove.
+    monkeypatch.setattr(similarity, "starter_notebook", lambda stem, given: (None, ["x.ipynb"]))
+    code, _, stderr = run_cli(arguments)
+    assert code == 0, stderr
+    report = json.loads((tmp_path / "out" / "similarity.json").read_text(encoding="utf-8"))
+    assert [(p["a"], p["b"]) for p in report["pairs"]] == [("ann", "bo")]
+    assert report["starter"] is None
+    assert "no starter notebook of 04_rmsnorm found (looked for x.ipynb)" in stderr
+
+
+def test_a_starter_given_that_is_not_there_is_refused(tmp_path):
+    (tmp_path / "ann").mkdir()
+    shutil.copy(ROOT / "labs" / "04_rmsnorm.ipynb", tmp_path / "ann")
+    code, _, stderr = run_cli(
+        ["report", "similarity", str(tmp_path), "--lab", "04_rmsnorm", "--out", str(tmp_path)]
+        + ["--starter", str(tmp_path / "missing.ipynb")]
+    )
+    assert code == 2 and "missing.ipynb: no such file" in stderr

@@ -25,7 +25,14 @@ import shutil
 
 import nbformat
 import pytest
-from conftest import ROOT, SharedKernel, check_reports
+from conftest import (
+    HANG_GUARD_S,
+    ROOT,
+    SharedKernel,
+    check_reports,
+    fill_answer_regions,
+    missing_extra,
+)
 from spanish_sample import (
     STEM,
     pseudo_catalog,
@@ -457,6 +464,21 @@ def parity(spanish, english=ENGLISH):
     )
 
 
+def test_parity_reads_a_count_of_parameters_in_millions():
+    english = "# 3. Layer\n\nModels of 130M to 7B parameters, and one of 22 billion.\n"
+    spanish = "# 3. Capa\n\nModelos de 130 millones a 7000 millones de parámetros, y uno de 22\u202f000 millones.\n"
+    assert translation.parity_problems(english, "theory/x.md", spanish, "es/theory/x.md") == []
+    wrong = spanish.replace("7000 millones", "700 millones")
+    found = translation.parity_problems(english, "theory/x.md", wrong, "es/theory/x.md")
+    assert len(found) == 1 and found[0].startswith("numbers differ"), found
+
+
+def test_parity_reads_the_spanish_copies_folder_as_the_english_in_a_command_block():
+    english = "# 3. Layer\n\n```bash\nnormlab grade work/03_layernorm.ipynb\n```\n"
+    spanish = english.replace("Layer", "Capa").replace("work/", "work/es/")
+    assert translation.parity_problems(english, "theory/x.md", spanish, "es/theory/x.md") == []
+
+
 DRIFTS = {  # name: (text of the faithful translation, what replaces it, the problem reported)
     "an equation changed": ("\\sigma^2 + \\varepsilon}}$$", "\\sigma^2}}$$", "math"),
     "an inline equation changed": ("$d = 2$", "$d = 3$", "math"),
@@ -670,6 +692,92 @@ def test_fresh_spanish_lab_runs_to_the_end_and_says_not_implemented(spanish_kern
     ), reports
 
 
+# A mistake per lab, made in the answer pasted from the solution: (the right line, the wrong one).
+MISTAKES = {
+    "08_training": (  # the unbiased variance in training: a batch of one gives NaN
+        "mean, var = x.mean(axis=0), x.var(axis=0)",
+        "mean, var = x.mean(axis=0), x.var(axis=0, ddof=1)",
+    ),
+    "09_modern_norms": (  # the query norm's gain forgotten
+        "q = q / torch.sqrt(q.pow(2).mean(dim=-1, keepdim=True) + eps) * gamma_q",
+        "q = q / torch.sqrt(q.pow(2).mean(dim=-1, keepdim=True) + eps)",
+    ),
+    "10_low_precision": (  # truncating to bfloat16 instead of rounding
+        "rounded = (bits + 0x7FFF + lowest_kept) & 0xFFFF0000",
+        "rounded = bits & 0xFFFF0000",
+    ),
+    "11_triton_kernels": (  # RMSNorm's epsilon dropped
+        "rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)",
+        "rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N)",
+    ),
+}
+# Words of English that Spanish does not have (the test reads prose, not code: identifiers with
+# "_" or ".", `code` and Python's literals are left out first).
+ENGLISH_WORDS = frozenset(
+    "the of and is are should with your expected returned than not when must within whatever "
+    "which this that from for to by at on it be was were its only each every after before below "
+    "above same into does if or an".split()
+)
+
+
+WARNING = re.compile(r"^\S+:\d+: \w*Warning: .*\n(?:  .*\n)?", re.M)
+
+
+def english_in(text: str) -> list[str]:
+    """The lines of ``text`` that hold an English word."""
+    found = []
+    for line in text.splitlines():
+        prose = re.sub(r"`[^`]*`|\b\w*[_.]\w*\b|\b(?:True|False|None)\b", " ", line)
+        if any(word.lower() in ENGLISH_WORDS for word in re.findall(r"[^\W\d_]+", prose)):
+            found.append(line)
+    return found
+
+
+def test_the_english_finder_finds_english_and_not_spanish():
+    assert english_in("policy_rmsnorm returned torch.float32 for bfloat16 x") != []
+    assert english_in("the loss should not change") != []
+    spanish = "policy_rmsnorm devolvió torch.float32 para una x bfloat16: True\nvalores atípicos"
+    assert english_in(spanish) == []
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("stem", sorted(MISTAKES))
+def test_a_spanish_lab_with_a_mistake_says_nothing_in_english(tmp_path, stem):
+    from nbclient import NotebookClient
+
+    if missing_extra(stem):
+        pytest.skip(missing_extra(stem))
+    lab = tmp_path / f"{stem}.ipynb"
+    shutil.copy2(ES / "labs" / f"{stem}.ipynb", lab)
+    fill_answer_regions(lab, ROOT / "solutions" / f"{stem}.ipynb")
+    notebook = nbformat.read(lab, as_version=4)
+    right, wrong = MISTAKES[stem]
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code" and right in c.source]
+    cell.source = cell.source.replace(right, wrong)
+    NotebookClient(
+        notebook,
+        timeout=HANG_GUARD_S,
+        kernel_name="python3",
+        allow_errors=True,  # every cell runs: the failing ones say why, in Spanish
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
+    said, failed = [], 0
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream":
+                # a library's warning (NumPy's, Python's) is its own text, as a traceback is
+                said.append(WARNING.sub("", output.text))
+            elif output.output_type == "error":
+                failed += 1
+                said.append(output.evalue)  # the message; Python's traceback frame is not ours
+            elif not any(kind.startswith("image/") for kind in output.get("data", {})):
+                # a figure is shown as its image; its text/plain repr is not what anyone reads
+                said.append(output.get("data", {}).get("text/plain", ""))
+    assert failed or any("✗" in text for text in said), f"{stem}: the mistake went unnoticed"
+    english = [line for text in said for line in english_in(text)]
+    assert english == [], english
+
+
 def test_diff_shows_what_changed_in_the_english_since_the_translation(course):
     import subprocess
 
@@ -743,13 +851,25 @@ GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the fo
     "Toma el ejemplo y puntúalo en 200 lotes.": "calcula su predicción",
     "Termina con `check(...)`. Compara tu respuesta con PyTorch.": "que compara tu respuesta",
     "Las entradas fuera de la diagonal del jacobiano son cero.": "elementos",
+    "Las estadísticas de la fila dan la media.": "estadísticos",
+    "Compárala con el punto de inflexión de la GPU.": "punto de cresta",
+    "Clasifica las imágenes de test una vez.": "prueba (conjunto de prueba, lote de prueba)",
+    "La precisión de validación mediana es 0.97.": "exactitud",
+    "En punto flotante la resta cancela.": "coma flotante",
+    "Un modelo de 22B parámetros.": "mil millones; 22\u202f000 millones",
+    "retropropagación: dx coincide con autograd": "pase hacia atrás",
+    "El paso hacia atrás lee x dos veces.": "pase hacia atrás",
+    "Parte 1 · RMSNorm hacia delante": "pase hacia adelante",
 }
 # Each of these uses a word the glossary watches, rightly: none may be flagged.
 GLOSSARY_ALLOWED = (
     "En la práctica, los problemas de práctica y el problema de práctica 2 son de este "
     "laboratorio. Una CPU de 2 núcleos, el kernel fusionado, el cuaderno de la demo. Escribe "
     'una letra, p. ej. "b" o "(b) porque ...". Por ejemplo, `notebooks/03_layernorm.ipynb`. '
-    "El calentamiento (warmup) dura 50 pasos; después del warmup la tasa es fija."
+    "El calentamiento (warmup) dura 50 pasos; después del warmup la tasa es fija. La "
+    "retropropagación multiplica por W en cada paso hacia la entrada. La precisión de bfloat16, "
+    "en coma flotante, y la exactitud de validación de un modelo de 22\u202f000 millones de "
+    "parámetros; los estadísticos del lote de prueba y el punto de cresta."
 )
 
 

@@ -92,8 +92,14 @@ def _deliver(results, args, shown_json: str | None = None) -> None:
 def _grade_plan(args):
     """The submissions to grade (this shard's), every shard position, the class's size, the
     settings and the isolation. Raises UsageError or IsolationError."""
-    from normlab.grader.grade import Settings, UsageError, find_submissions, parse_limit_overrides
-    from normlab.grader.isolation.sandbox import choose_isolation
+    from normlab.grader.grade import (
+        Settings,
+        UsageError,
+        default_jobs,
+        find_submissions,
+        parse_limit_overrides,
+        probe_isolation,
+    )
     from normlab.grader.registry import load_extra_checks
 
     entries = find_submissions(args.paths, args.lab)
@@ -115,7 +121,13 @@ def _grade_plan(args):
         allow_root=args.allow_root,
         overrides=parse_limit_overrides(args.limit or []),
     )
-    isolation = choose_isolation(settings.sandbox, settings.allow_root)
+    # PyTorch is imported while the probes run, unless the cache may answer for every notebook
+    # (a run that grades one notebook at a time imports it only when a check needs it).
+    cache = _cache_path(args)
+    jobs = args.jobs or default_jobs()
+    reusable = cache is not None and cache.exists() and not args.force
+    import_oracle = not reusable or (jobs > 1 and len(entries) > 1)
+    isolation = probe_isolation(settings, import_oracle)
     return entries, positions, total, settings, isolation
 
 
@@ -150,7 +162,9 @@ def _grade(args) -> int:
         print(f"normlab grade: {inert.text(error)}", file=sys.stderr)
         return 2
     # Every run says how it isolated the submissions (and each result records it).
-    print(f"normlab grade: isolation: {isolation.description}", file=sys.stderr)
+    from normlab.grader import report
+
+    print(report.isolation_line(isolation.description, args.lang), file=sys.stderr)
     cache_path = _cache_path(args)
     fingerprint = grader_fingerprint(settings, args.extra_checks) + isolation.description
     cache = ResultCache(cache_path, fingerprint, args.force)
@@ -186,11 +200,8 @@ def _grade(args) -> int:
         _shard_json(results, args.shard, total, positions, args.lang) if shard else None,
     )
     elapsed = time.monotonic() - started
-    print(
-        f"graded {counts['graded']} notebook(s), reused {counts['reused']} unchanged from the "
-        f"cache, in {elapsed:.1f} s",
-        file=sys.stderr,
-    )
+    line = report.graded_line(results, counts["graded"], counts["reused"], elapsed, args.lang)
+    print(line, file=sys.stderr)
     return 0
 
 

@@ -198,6 +198,10 @@ class Check:
     uses: tuple[str, ...]
     #: the seed of the generator the function is given, when it is declared with one
     seed: int | None = None
+    #: the lab's other graded names that the checked function itself calls (``net_train`` calls
+    #: ``net_sgd_step``): when this check fails and one of them fails its own check, the
+    #: message names that one first
+    needs: tuple[str, ...] = ()
 
 
 def _seeded(function, seed: int) -> Callable[[Submission], None]:
@@ -219,6 +223,9 @@ class CheckResult:
     message: str
     #: the check itself failed (a grader bug), not the answer; not part of the JSON
     internal: bool = dataclasses.field(default=False, compare=False)
+    #: no answer to grade: a function the check calls is not written or not defined yet;
+    #: not part of the JSON
+    unanswered: bool = dataclasses.field(default=False, compare=False)
     #: the names of the probes (known misconceptions) a failed answer matched, in the order of
     #: the message's ``Why:``/``Or:`` lines; empty for a pass or an unexplained failure
     probes: tuple[str, ...] = ()
@@ -266,6 +273,16 @@ class Lab:
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
     #: (module, make target): an optional extra the lab's code needs (lab 11: Triton)
     extra: tuple[str, str] | None = None
+    #: learner names an earlier lab owns, which this lab grades too on what it uses of them
+    #: (lab 08's network calls lab 02's ``batchnorm_forward`` on (N, H) features):
+    #: ``check(batchnorm_forward)`` finds the owner, ``check(..., lab="08_training")`` this lab
+    borrowed: tuple[str, ...] = ()
+    #: the lab's own given code that its checks call beside the learner's functions (lab 11's
+    #: ``tri_call``): passed to ``check()`` with them, it selects no check by itself
+    adapters: tuple[str, ...] = ()
+    #: a second process the checks call into, which runs the grader's code on pieces of the
+    #: notebook's source (lab 11: its kernels, launched by the grader): ``Companion``
+    companion: Companion | None = None
 
     def missing_extra(self) -> str:
         """Why this lab cannot be graded here ("" when it can): its optional extra is absent."""
@@ -282,7 +299,13 @@ class Lab:
         )
 
     def check(
-        self, name: str | None = None, *, points: int, uses: Sequence[str], seed: int | None = None
+        self,
+        name: str | None = None,
+        *,
+        points: int,
+        uses: Sequence[str],
+        seed: int | None = None,
+        needs: Sequence[str] = (),
     ):
         """Decorator that registers a check function on this lab.
 
@@ -291,6 +314,8 @@ class Lab:
         names a test. ``uses`` are the learner's names the check calls. ``seed``: the function
         is called as ``function(sub, rng)`` with a new ``np.random.default_rng(seed)`` each
         time, so that a check's inputs are declared in its header and every run draws the same.
+        ``needs``: the lab's graded names that the checked function calls in turn (see
+        :func:`name_failing_needs`).
         """
 
         def register(function):
@@ -301,7 +326,7 @@ class Lab:
                     "give it a docstring (docstrings are gone under python -OO: run without it)"
                 )
             called = function if seed is None else _seeded(function, seed)
-            self.checks.append(Check(title, points, called, tuple(uses), seed))
+            self.checks.append(Check(title, points, called, tuple(uses), seed, tuple(needs)))
             return function
 
         return register
@@ -317,6 +342,44 @@ class Lab:
     @property
     def max_score(self) -> int:
         return sum(c.points for c in self.checks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Companion:
+    """The grader's own code, run beside a submission on pieces of its source.
+
+    A check calls ``names`` as it calls the learner's functions; they are answered by a
+    submission of their own: in ``normlab grade`` a second process, like the notebook's, whose
+    cells are ``cells(the notebook's code cells)`` (the grader's code, with the learner's
+    source as data), in which no cell of the notebook ran; in ``check()`` the objects
+    ``objects(what check() was given)``.
+    """
+
+    names: tuple[str, ...]
+    cells: Callable[[list[str]], list[str]]
+    objects: Callable[[dict], dict]
+
+
+class WithCompanion(Submission):
+    """A submission whose companion's names are answered by the companion."""
+
+    def __init__(self, inner: Submission, companion: Submission, names: Sequence[str]):
+        self.inner, self.companion, self.routed = inner, companion, frozenset(names)
+
+    def _for(self, name: str) -> Submission:
+        return self.companion if name in self.routed else self.inner
+
+    def has(self, name):
+        return self._for(name).has(name)
+
+    def get(self, name):
+        return self._for(name).get(name)
+
+    def call(self, name, *args, **kwargs):
+        return self._for(name).call(name, *args, **kwargs)
+
+    def static_forbidden(self, name, forbidden):
+        return self._for(name).static_forbidden(name, forbidden)
 
 
 class ForbiddenGuard(Submission):
@@ -386,7 +449,10 @@ def run_check(check: Check, submission: Submission) -> CheckResult:
         if hint:
             message += f"\nWhy: {hint}"
         probes = (name,) if hint else ()
-        return CheckResult(check.name, 0, check.points, False, message, probes=probes)
+        unanswered = isinstance(failure, (NotImplementedYet, MissingName))
+        return CheckResult(
+            check.name, 0, check.points, False, message, probes=probes, unanswered=unanswered
+        )
     except Exception as error:  # a bug in the check itself: say so, loudly, not "wrong answer"
         return CheckResult(
             check.name,
@@ -404,8 +470,60 @@ def run_checks(
 ) -> list[CheckResult]:
     """Run the lab's checks (only those that use ``names``, if given) in order."""
     guarded = ForbiddenGuard(submission, lab)
-    selected = [c for c in lab.checks if names is None or set(c.uses) & set(names)]
-    return say_reasons_once([run_check(check, guarded) for check in selected])
+    chosen = set(names or ()) - set(lab.adapters)
+    selected = [c for c in lab.checks if names is None or set(c.uses) & chosen]
+    results = [run_check(check, guarded) for check in selected]
+    return say_reasons_once(name_failing_needs(lab, guarded, selected, results))
+
+
+# The first line of a failed check whose function calls another graded function that fails its
+# own check: the wrong answer may be that function's, and the learner should fix it first.
+FIX_FIRST = "Fix `{name}` first: it fails its own check, “{check}”."
+
+
+def name_failing_needs(
+    lab: Lab, submission: Submission, checks: Sequence[Check], results: list[CheckResult]
+) -> list[CheckResult]:
+    """The results, each failed one first naming the functions it ``needs`` that fail their own
+    checks (``FIX_FIRST``); a check that had no answer to grade (not written yet) names none.
+
+    ``net_train`` that steps with a wrong ``net_sgd_step`` fails with "max abs error 0.622",
+    which says nothing of where the error is; its check, declared with
+    ``needs=["net_sgd_step"]``, then begins "Fix `net_sgd_step` first: it fails its own check,
+    “SGD with momentum: ...”". A needed name's own checks are those of the lab that use it and
+    nothing the submission lacks; a result already computed in this run is reused, and the
+    others run only when a check that needs them has failed (in ``check(net_train)``, the
+    notebook hands the learner's ``net_sgd_step`` over for this alone).
+    """
+    verdicts = {id(check): result for check, result in zip(checks, results, strict=True)}
+    failing: dict[str, Check | None] = {}
+
+    def first_failing(name: str) -> Check | None:
+        if name not in failing:
+            failing[name] = None
+            if submission.has(name):
+                for own in lab.checks:
+                    if name not in own.uses or not all(submission.has(u) for u in own.uses):
+                        continue
+                    if id(own) not in verdicts:
+                        verdicts[id(own)] = run_check(own, submission)
+                    if not verdicts[id(own)].passed:
+                        failing[name] = own
+                        break
+        return failing[name]
+
+    named = []
+    for check, result in zip(checks, results, strict=True):
+        lines = []
+        if not (result.passed or result.internal or result.unanswered):
+            for name in check.needs:
+                own = first_failing(name)
+                if own is not None and own is not check:
+                    lines.append(FIX_FIRST.format(name=name, check=own.name))
+        if lines:
+            result = dataclasses.replace(result, message="\n".join([*lines, result.message]))
+        named.append(result)
+    return named
 
 
 # A reason line of a message ("Why: ...", "Or: ...", "Hint: ..."), and what replaces one that an

@@ -12,11 +12,14 @@ ends with a result (its error said plainly), and the next one is graded.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -114,6 +117,26 @@ EMPTY_FILE = (
 )
 
 
+def too_large(limit: int) -> str:
+    """Why a notebook over ``limit`` bytes is refused, and what the student and the instructor
+    can do: nothing past the limit is read (the limit protects the grader's memory), so the
+    outputs that almost always make a notebook that large are named, not stripped."""
+    return (
+        f"the file is larger than {limit >> 20} MB: stored outputs (figures, long printouts) are "
+        "what make a notebook this large; clear them (`Edit > Clear Outputs of All Cells`), save, "
+        "and hand the notebook in again. An instructor can raise the limit with "
+        f"`--limit max_notebook_bytes={2 * limit}`"
+    )
+
+
+def read_notebook_bytes(path, limits: Limits = DEFAULT) -> bytes:
+    """A notebook file's bytes (``files.read_regular_file``), refused with ``too_large``."""
+    try:
+        return files.read_regular_file(path, limits.max_notebook_bytes)
+    except files.FileTooLarge:
+        raise ValueError(too_large(limits.max_notebook_bytes)) from None
+
+
 def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
     """The code cells' sources and the notebook metadata from a notebook's bytes.
 
@@ -121,7 +144,7 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
     checked by type (a notebook is the student's to write).
     """
     if len(raw) > limits.max_notebook_bytes:
-        raise ValueError(f"the file is larger than {limits.max_notebook_bytes >> 20} MB")
+        raise ValueError(too_large(limits.max_notebook_bytes))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -169,7 +192,7 @@ def parse_notebook(raw: bytes, limits: Limits = DEFAULT) -> tuple[list[str], dic
 def read_code_cells(path: Path, limits: Limits = DEFAULT) -> tuple[list[str], dict]:
     """A notebook file's code cells and metadata (the similarity report reads answers with
     it); ValueError with a clear reason."""
-    return parse_notebook(files.read_regular_file(path, limits.max_notebook_bytes), limits)
+    return parse_notebook(read_notebook_bytes(path, limits), limits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,19 +341,33 @@ def scan(grading: Grading) -> None:
 def run(grading: Grading) -> None:
     """The lab's checks against the notebook's process; then whose fault a failure is."""
     lab, limits = grading.lab, grading.settings.limits
-    with ChildSubmission(
-        grading.cells,
-        limits,
-        grading.isolation,
-        grading.fork_server,
-        grading.reaper,
-        torch=lab.torch,
-        call_timeouts=lab.call_timeouts,
-        environment=lab.environment,
-    ) as submission:
-        grading.results = core.run_checks(lab, submission)
+
+    def child(cells):
+        return ChildSubmission(
+            cells,
+            limits,
+            grading.isolation,
+            grading.fork_server,
+            grading.reaper,
+            torch=lab.torch,
+            call_timeouts=lab.call_timeouts,
+            environment=lab.environment,
+        )
+
+    with contextlib.ExitStack() as stack:
+        submission = stack.enter_context(child(grading.cells))
+        graded, companion = submission, None
+        if lab.companion is not None:  # started at its first call, in a process of its own
+            companion = stack.enter_context(child(lab.companion.cells(grading.cells)))
+            graded = core.WithCompanion(submission, companion, lab.companion.names)
+        grading.results = core.run_checks(lab, graded)
         grading.error = attribute(grading, submission)
-        grading.cacheable = not (submission.killed_from_outside or submission.machine_busy)
+        # not the student's doing: killed from outside, or stopped by the machine's load
+        grading.cacheable = not any(
+            process.killed_from_outside or process.machine_busy
+            for process in (submission, companion)
+            if process is not None
+        )
 
 
 #: the error of a submission that the machine's load stopped somewhere (``isolation.clock``)
@@ -392,6 +429,61 @@ def grade_bytes(
     return grading.result()
 
 
+@functools.cache
+def _grader_places() -> re.Pattern:
+    """The folders the grader itself is installed in, longest first, each as a pattern of a
+    path inside it: what a student is never shown (an ImportError names the file of the
+    module it failed in, under the grader's Python)."""
+    import site
+    import sysconfig
+
+    import normlab
+
+    package = Path(normlab.__file__).resolve().parent
+    places = {str(package): "<normlab>"}
+    paths = sysconfig.get_paths()
+    for key in ("purelib", "platlib"):
+        places[paths[key]] = "<site-packages>"
+    for folder in site.getsitepackages() + [site.getusersitepackages()]:
+        places[folder] = "<site-packages>"
+    for key in ("stdlib", "platstdlib"):
+        places[paths[key]] = "<python>"
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        places[prefix] = "<python>"
+    for folder, label in list(places.items()):
+        places.setdefault(os.path.realpath(folder), label)
+    places = {f.rstrip("/"): label for f, label in places.items() if f.rstrip("/")}
+    ordered = sorted(places, key=len, reverse=True)
+    _GRADER_LABELS.update(places)
+    return re.compile("|".join(f"{re.escape(f)}(?=/)" for f in ordered))
+
+
+_GRADER_LABELS: dict[str, str] = {}
+
+
+def without_grader_paths(text: str | None) -> str | None:
+    """``text`` with each path inside the grader's own folders written from a label
+    (``<site-packages>/numpy/__init__.py``): the grader's install paths are not the student's
+    to read."""
+    if not text:
+        return text
+    pattern = _grader_places()
+    return pattern.sub(lambda m: _GRADER_LABELS[m.group()], text)
+
+
+def _hide_grader_paths(result: SubmissionResult) -> SubmissionResult:
+    checks = [
+        dataclasses.replace(check, message=without_grader_paths(check.message))
+        for check in result.checks
+    ]
+    return dataclasses.replace(
+        result,
+        error=without_grader_paths(result.error),
+        checks=checks,
+        findings=[without_grader_paths(finding) for finding in result.findings],
+    )
+
+
 def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> SubmissionResult:
     """The barrier around one submission: a bug it triggers costs it alone, with a clear error;
     and whatever it wrote, its result is of bounded size (``Limits.max_message_chars``)."""
@@ -408,7 +500,7 @@ def guarded(raw, path, settings, isolation, who, fork_server, reaper) -> Submiss
             f"{core.INTERNAL_ERROR}: {type(error).__name__} while grading this notebook",
             isolation.description,
         )
-    return result.bounded(limits.max_message_chars)
+    return _hide_grader_paths(result).bounded(limits.max_message_chars)
 
 
 def grader_fingerprint(settings: Settings, extra_checks: Path | None = None) -> str:
@@ -529,6 +621,41 @@ def _still_readable(lines):
         return
 
 
+def import_oracle_library() -> None:
+    """Import the oracle's library (PyTorch) in this thread: every check's oracle needs it."""
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 -- absent or broken: each check that needs it says so
+        pass
+
+
+def probe_isolation(settings: Settings, import_oracle: bool = False) -> Isolation:
+    """The run's isolation (``choose_isolation``), and PyTorch's folders where that isolation
+    hides them (``hidden_paths``), probed once for the run.
+
+    ``import_oracle``: meanwhile, this thread imports the oracle's library. The probes are other
+    processes (an interpreter, ``bwrap``, as the grader and as ``nobody``) that this process
+    only waits for, so they run on another core while this one imports PyTorch, which costs a
+    run seconds and which every graded notebook needs. Each probe runs, and its answer is used,
+    exactly as without the overlap; its error (``IsolationError``) is raised here. The helper
+    thread imports nothing of PyTorch's (two threads importing one package's modules at once
+    can deadlock), and grading starts only once both are done.
+    """
+
+    def probe() -> Isolation:
+        isolation = choose_isolation(settings.sandbox, settings.allow_root)
+        if isolation.sandbox or isolation.private_folder:
+            hidden_paths()
+        return isolation
+
+    if not import_oracle:
+        return probe()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="normlab-probe") as helper:
+        probing = helper.submit(probe)
+        import_oracle_library()
+        return probing.result()
+
+
 def grade_all(
     entries: list[Entry],
     settings: Settings = Settings(),
@@ -547,10 +674,7 @@ def grade_all(
     if jobs > 1 and len(entries) > 1:
         # Import the oracle's library here, once, before worker threads need it: importing a
         # large native library from two threads at once is asking for a crash.
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            pass
+        import_oracle_library()
     if isolation.sandbox:
         hidden_paths()  # probed once, here, rather than by each worker thread that needs it
     results: dict[int, SubmissionResult] = {}
@@ -566,7 +690,7 @@ def grade_all(
         def work(index: int) -> tuple[SubmissionResult, bool, str | None]:
             entry = entries[index]
             try:
-                raw = files.read_regular_file(entry.path, settings.limits.max_notebook_bytes)
+                raw = read_notebook_bytes(entry.path, settings.limits)
             except (OSError, ValueError) as error:
                 who = entry.identity
                 return (

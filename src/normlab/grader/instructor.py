@@ -38,7 +38,12 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     similar.add_argument("paths", nargs="+", metavar="SUBMISSIONS")
     similar.add_argument("--lab", required=True, help="the lab (e.g. 04_rmsnorm)")
     similar.add_argument("--out", required=True, metavar="DIR", help="similarity.{json,html}")
-    similar.add_argument("--starter", metavar="LAB.ipynb", help="default: labs/LAB.ipynb here")
+    similar.add_argument(
+        "--starter",
+        metavar="LAB.ipynb",
+        help="the lab as handed out (default: labs/LAB.ipynb here, else in the course checkout "
+        "normlab is installed from)",
+    )
     similar.add_argument(
         "--common",
         type=float,

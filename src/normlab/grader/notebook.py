@@ -215,8 +215,40 @@ def run(*functions, lab: str | None = None, **named) -> tuple[core.Lab, list[cor
                 )
             )
         chosen = next(iter(candidates.values()))
-    submission = InProcessSubmission(objects, chosen.forbidden, torch=chosen.torch)
-    return chosen, core.run_checks(chosen, submission, names=list(objects))
+    given = list(objects)
+    objects = {**_needed_from_notebook(chosen, objects), **objects}
+    return chosen, core.run_checks(chosen, submission_for(chosen, objects), names=given)
+
+
+def submission_for(lab: core.Lab, objects: dict) -> core.Submission:
+    """The learner's objects as ``lab``'s checks call them here (with the lab's companion)."""
+    submission = InProcessSubmission(objects, lab.forbidden, torch=lab.torch)
+    if lab.companion is None:
+        return submission
+    companion = InProcessSubmission(lab.companion.objects(objects), {}, torch=True)
+    return core.WithCompanion(submission, companion, lab.companion.names)
+
+
+def _needed_from_notebook(lab: core.Lab, objects: dict) -> dict:
+    """The graded functions that the checks of ``objects`` declare they call (``Check.needs``)
+    and that were not given, found where the given functions find them: in their notebook's
+    namespace. Only their own checks' verdicts use them (``core.name_failing_needs``): the
+    report still shows the checks of what was given, and nothing else."""
+    needed = {
+        name
+        for check in lab.checks
+        if set(check.uses) & set(objects)
+        for name in check.needs
+        if name not in objects
+    }
+    found = {}
+    for name in sorted(needed):
+        for given in objects.values():
+            value = getattr(given, "__globals__", {}).get(name)
+            if callable(value):
+                found[name] = value
+                break
+    return found
 
 
 def check(*functions, lab: str | None = None, **named) -> None:

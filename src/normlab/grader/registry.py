@@ -58,8 +58,10 @@ def lab_for_path(path: Path, metadata: dict | None = None) -> Lab | None:
 
 
 def labs_using(name: str) -> list[Lab]:
-    """The labs whose checks use a learner name (``"layernorm_forward"``)."""
-    return [lab for lab in all_labs().values() if name in lab.names]
+    """The labs whose checks use a learner name (``"layernorm_forward"``): the lab that owns
+    it, not those that only borrow it (``Lab.borrowed``), unless no lab owns it."""
+    using = [lab for lab in all_labs().values() if name in lab.names]
+    return [lab for lab in using if name not in lab.borrowed] or using
 
 
 def load_extra_checks(path: Path) -> int:

@@ -28,6 +28,28 @@ def language(result: SubmissionResult | None = None, lang: str | None = None) ->
     return chosen or i18n.current_language()
 
 
+# The two lines `normlab grade` frames its table with (on stderr), in the report's language.
+ISOLATION_LINE = "normlab grade: isolation: {description}"
+GRADED_LINE = (
+    "graded {graded} notebook(s), reused {reused} unchanged from the cache, in {seconds} s"
+)
+
+
+def isolation_line(description: str, lang: str | None = None) -> str:
+    """How the run isolates the submissions; the description's ", "-separated parts are texts
+    of the catalog, each translated in turn."""
+    shown = language(None, lang)
+    parts = ", ".join(i18n.translate(part, shown) for part in description.split(", "))
+    return i18n.text(ISOLATION_LINE, shown, description=parts)
+
+
+def graded_line(results: list, graded: int, reused: int, seconds: float, lang=None) -> str:
+    """The run's count and time, in the submissions' language when they share one."""
+    shown = {language(r, lang) for r in results} or {language(None, lang)}
+    shown = shown.pop() if len(shown) == 1 else language(None, lang)
+    return i18n.text(GRADED_LINE, shown, graded=graded, reused=reused, seconds=f"{seconds:.1f}")
+
+
 def _html(value: str) -> str:
     """Text for HTML: unsafe characters as visible escapes (``inert.text``), then escaped."""
     return html.escape(inert.text(value))

@@ -344,6 +344,23 @@ def not_analysed_html(listed: list[dict]) -> str:
     )
 
 
+def starter_notebook(stem: str, given: str | None) -> tuple[Path | None, list[str]]:
+    """The lab's starter notebook whose code is removed from the comparison, and where it was
+    looked for: ``given`` (``--starter``), else ``labs/STEM.ipynb`` under the current folder,
+    else in the course checkout this ``normlab`` runs from (an editable install's ``src/``
+    parent), wherever the report is run."""
+    if given:
+        return (Path(given) if Path(given).is_file() else None), [given]
+    import normlab
+
+    places = [Path("labs")]
+    package = Path(normlab.__file__).resolve().parent
+    if package.parent.name == "src":
+        places.append(package.parent.parent / "labs")
+    looked = [str(place / f"{stem}.ipynb") for place in places]
+    return next((Path(p) for p in looked if Path(p).is_file()), None), looked
+
+
 def run(args) -> int:
     """``normlab report similarity SUBMISSIONS... --lab STEM --out DIR``."""
     import dataclasses
@@ -380,8 +397,18 @@ def run(args) -> int:
         if found:
             class_answers[who] = found
     starter: set[str] = set()
-    stub = Path(args.starter or Path("labs") / f"{args.lab}.ipynb")
-    if stub.is_file():
+    stub, looked = starter_notebook(args.lab, args.starter)
+    if args.starter and stub is None:
+        print(f"normlab report similarity: --starter {args.starter}: no such file", file=sys.stderr)
+        return 2
+    if stub is None:
+        print(
+            f"normlab report similarity: warning: no starter notebook of {args.lab} found (looked "
+            f"for {' and '.join(looked)}): the code the lab gives is compared as if the students "
+            "wrote it; give the lab's notebook with --starter",
+            file=sys.stderr,
+        )
+    else:
         found, _ = _notebook(stub, lab.names, limits)
         for statements in found.values():
             for _, fps in statements:
@@ -390,7 +417,14 @@ def run(args) -> int:
     out = Path(args.out)
     shown = [{k: v for k, v in p.items() if not k.startswith("_")} for p in pairs]
     dumped = json.dumps(
-        {"lab": args.lab, "pairs": shown, "not_analysed": listed}, indent=1, ensure_ascii=False
+        {
+            "lab": args.lab,
+            "pairs": shown,
+            "not_analysed": listed,
+            "starter": None if stub is None else str(stub),
+        },
+        indent=1,
+        ensure_ascii=False,
     )
     write_atomically(out / "similarity.json", inert.json_text(dumped + "\n"))
     page = to_html(class_answers, pairs, args.lab, lab.names, args.top, listed)

@@ -42,6 +42,28 @@ MATH_TEXT = re.compile(r"\\(?:text|textrm|textit|mbox)\s*\{((?:[^{}]|\{[^{}]*\})
 MATH_GROUPS = re.compile(r"(?<=\d)(?:\{,\}|\\,|\\ |[,\u202f\u2009])(?=\d{3}(?!\d))")
 
 
+# Counts of parameters: the English writes 3.2B, 130M or 22 billion; the Spanish writes
+# 3200 millones, 130 millones or 22 000 millones, since in Spain a billón is 10^12. Both count
+# as the same number, written out in digits.
+ENGLISH_MAGNITUDE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:([BM])\b| (billion|million)\b)")
+SPANISH_MILLIONS = re.compile(
+    rf"(?<![\w.])(\d{{1,3}}(?:[{THIN_SPACES}]\d{{3}})+|\d+)(\.\d+)? millones\b"
+)
+
+
+def _count_in_digits(text: str) -> str:
+    def english(match: re.Match) -> str:
+        unit = match.group(2) or match.group(3)
+        factor = 10**9 if unit in ("B", "billion") else 10**6
+        return str(round(float(match.group(1)) * factor))
+
+    def spanish(match: re.Match) -> str:
+        digits = number_value(match.group(1)) + (match.group(2) or "")
+        return str(round(float(digits) * 10**6))
+
+    return SPANISH_MILLIONS.sub(spanish, ENGLISH_MAGNITUDE.sub(english, text))
+
+
 def number_value(text: str) -> str:
     """A number as written (1,000 or 1 000) -> its digits (1000)."""
     return re.sub(rf"[,{THIN_SPACES}]", "", text)
@@ -209,7 +231,7 @@ def analyse(text: str, where: str) -> Parts:
         external[url.strip("<>")] += 1
     prose = URL.sub(" ", prose)
     prose = re.sub(r"<[^>\n]+>", " ", prose)  # HTML tags
-    numbers = Counter(number_value(n) for n in NUMBER.findall(prose))
+    numbers = Counter(number_value(n) for n in NUMBER.findall(_count_in_digits(prose)))
     sections = _sections(prose)
     return Parts(headings, math, numbers, code_spans, blocks, figures, links, external, sections)
 
@@ -287,7 +309,8 @@ def parity_problems(english_text: str, english_where: str, spanish_text: str, sp
         )
     for name in ("math", "numbers", "code_spans", "code_blocks", "external"):
         a, b = getattr(en, name), getattr(es, name)
-        if name == "code_spans":  # a path to the learner's copies names the edition's folder
+        if name in ("code_spans", "code_blocks"):  # a path to the learner's copies names the
+            # edition's folder, in a span or in a command block
             b = Counter({_edition_folders_to_english(span): n for span, n in b.items()})
         if a != b:
             problems.append(f"{name.replace('_', ' ')} differ: {_diff(a, b)}")

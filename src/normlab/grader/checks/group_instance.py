@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, affine_params, probe_table, tensor64
+from normlab.grader.cases import Args, Graded, affine_params, backward, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, affine_grads, choice, eps_ignored, norm_dx
@@ -98,7 +98,7 @@ def oracle_group_norm_backward(dy, x, num_groups, gamma, eps=EPS):
     xt = tensor64(x).requires_grad_(True)
     gt = tensor64(gamma).requires_grad_(True)
     bt = torch.zeros_like(gt, requires_grad=True)
-    F.group_norm(xt, num_groups, gt, bt, eps).backward(tensor64(dy))
+    backward(F.group_norm(xt, num_groups, gt, bt, eps), dy)
     return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 
@@ -114,7 +114,7 @@ def oracle_group_stat_grads(dy, x, num_groups, gamma, eps=EPS):
     var = grouped.var(dim=2, correction=0).detach().requires_grad_(True)
     x_hat = (grouped - mean[..., None]) / torch.sqrt(var[..., None] + eps)
     y = x_hat.reshape(xt.shape) * tensor64(gamma).reshape(_channel_shape(np.asarray(x)))
-    y.backward(tensor64(dy))
+    backward(y, dy)
     return mean.grad.numpy(), var.grad.numpy()
 
 
@@ -132,7 +132,7 @@ def oracle_dyt_backward(dy, x, alpha, gamma):
     at = torch.tensor(float(alpha), dtype=torch.float64, requires_grad=True)
     gt = tensor64(gamma).requires_grad_(True)
     bt = torch.zeros_like(gt, requires_grad=True)
-    (gt * torch.tanh(at * xt) + bt).backward(tensor64(dy))
+    backward(gt * torch.tanh(at * xt) + bt, dy)
     return xt.grad.numpy(), at.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 

@@ -264,11 +264,15 @@ def _bf16_rounded_twice(x, gamma, eps):
     return oracle_to_bfloat16(oracle_to_bfloat16(x32 / rms) * gamma32)
 
 
+TRUNCATED_TO_BFLOAT16 = (
+    "This matches the float32 result with its low 16 bits dropped: that rounds toward zero, "
+    "up to a whole bfloat16 spacing. Round to the nearest value: your lowp_to_bfloat16."
+)
+
 RMSNORM_BF16_PROBES = [
     Probe(
         "truncated to bfloat16",
-        "This matches the float32 result with its low 16 bits dropped: that rounds toward zero, "
-        "up to a whole bfloat16 spacing. Round to the nearest value: your lowp_to_bfloat16.",
+        TRUNCATED_TO_BFLOAT16,
         _bf16_truncated,
     ),
     Probe(
@@ -319,12 +323,19 @@ def _bf16_layernorm_variant(variance="two-pass", rounding="once"):
                 return bf(bf(bf(bf(x32 - bf(mean)) * bf(rstd)) * gamma32) + beta32)
             if rounding == "twice":  # x_hat rounded, then the affine, rounded again
                 return bf(bf((x32 - mean) * rstd) * gamma32 + beta32)
+            if rounding == "truncated":
+                return _truncated((x32 - mean) * rstd * gamma32 + beta32)
             return bf((x32 - mean) * rstd * gamma32 + beta32)
 
     return layernorm
 
 
 LAYERNORM_BF16_PROBES = [
+    Probe(
+        "truncated to bfloat16",
+        TRUNCATED_TO_BFLOAT16,
+        _bf16_layernorm_variant(rounding="truncated"),
+    ),
     Probe(
         "accumulated in bfloat16",
         "This matches LayerNorm computed in bfloat16 throughout, its sums included: every partial "
@@ -375,7 +386,9 @@ def _merge_variant(mean_weights="right", between=True):
         else:
             mean = mean_a + delta * count_b / count
         m2 = m2_a + m2_b
-        if between:
+        if between == "over count squared":
+            m2 = m2 + delta * delta * count_a * count_b / count**2
+        elif between:
             m2 = m2 + delta * delta * count_a * count_b / count
         return mean, m2
 
@@ -404,6 +417,13 @@ MERGE_PROBES = [
         "delta**2 * count_a * count_b / (count_a + count_b).",
         _merge_variant(between=False),
     ),
+    Probe(
+        "between-halves term divided by the count twice",
+        "This matches a between-halves term delta**2 * count_a * count_b / (count_a + count_b)**2: "
+        "that is its share of the variance, M2 / count, and M2 is a sum of squares, not a mean. "
+        "Divide by count_a + count_b once: delta**2 * count_a * count_b / (count_a + count_b).",
+        _merge_variant(between="over count squared"),
+    ),
 ]
 
 
@@ -426,6 +446,12 @@ MERGE_HINT = (
     "cancels in float32 when the mean is large. Merge the M2s themselves (Chan et al.): "
     "m2_a + m2_b + delta**2 * count_a * count_b / (count_a + count_b)."
 )
+
+
+def _offset_hint(offset: float, hint: str) -> dict:
+    """A case's ``hint=``: a hint about large offsets only where the case has one (a wrong
+    answer at offset 0 or 1 has another cause, and the hint would send the learner after it)."""
+    return {"hint": hint if offset >= 100 else ""}
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -477,9 +503,7 @@ def affine16(rng, d):
 
 
 BFLOAT16 = Graded("lowp_to_bfloat16", oracle_to_bfloat16, BFLOAT16_PROBES, tol=EXACT)
-LAYERNORM = Graded(
-    "lowp_layernorm", oracle_layernorm, LAYERNORM_PROBES, tol=F16, options={"hint": LAYERNORM_HINT}
-)
+LAYERNORM = Graded("lowp_layernorm", oracle_layernorm, LAYERNORM_PROBES, tol=F16)
 RMSNORM = Graded("lowp_rmsnorm", oracle_rmsnorm, RMSNORM_PROBES, tol=F16)
 RMSNORM_BF16 = Graded("lowp_rmsnorm_bf16", oracle_rmsnorm, RMSNORM_BF16_PROBES, tol=BF16_ONCE)
 LAYERNORM_BF16 = Graded(
@@ -487,7 +511,6 @@ LAYERNORM_BF16 = Graded(
     oracle_layernorm,
     LAYERNORM_BF16_PROBES,
     tol=BF16_LN,
-    options={"hint": LAYERNORM_BF16_HINT},
 )
 MERGE_FN = Graded(
     "lowp_merge",
@@ -495,7 +518,6 @@ MERGE_FN = Graded(
     MERGE_PROBES,
     items=("mean", "m2"),
     tol=MERGE,
-    options={"hint": MERGE_HINT},
 )
 
 PROBES = probe_table(BFLOAT16, LAYERNORM, RMSNORM, RMSNORM_BF16, LAYERNORM_BF16, MERGE_FN)
@@ -523,7 +545,14 @@ def layernorm_offsets(sub, rng):
     for offset, outliers in [(0.0, 4), (100.0, 0), (1000.0, 0)]:
         x = activations(rng, 2, D, offset, outliers)
         what = f"float16 x of shape (2, 4096), offset {offset:g}, {outliers} outlier channels"
-        LAYERNORM.expect(sub, Args(x, gamma, beta, eps=LN_EPS), what=what, dtype=np.float16, x=x)
+        LAYERNORM.expect(
+            sub,
+            Args(x, gamma, beta, eps=LN_EPS),
+            what=what,
+            dtype=np.float16,
+            x=x,
+            **_offset_hint(offset, LAYERNORM_HINT),
+        )
 
 
 @LAB.check(points=1, uses=["lowp_layernorm"], seed=102)
@@ -533,7 +562,8 @@ def layernorm_small(sub, rng):
     x = activations(rng, 6, 64, 300.0, scale=2.0).reshape(2, 3, 64)
     x[1, 2] = 300.0  # a constant row: variance 0, the output is beta
     args = Args(x, gamma, beta, eps=1e-3)
-    LAYERNORM.expect(sub, args, what="float16 x of shape (2, 3, 64)", dtype=np.float16, x=x)
+    hint = _offset_hint(300.0, LAYERNORM_HINT)
+    LAYERNORM.expect(sub, args, what="float16 x of shape (2, 3, 64)", dtype=np.float16, x=x, **hint)
 
 
 @LAB.check(points=1, uses=["lowp_layernorm"], seed=103)
@@ -576,7 +606,9 @@ def rmsnorm_float32(sub, rng):
     RMSNORM.expect(sub, args, what="float32 x of shape (4, 256)", tol=F32, dtype=np.float32)
 
 
-@LAB.check(points=2, uses=["lowp_rmsnorm_bf16"], seed=107)
+@LAB.check(
+    points=2, uses=["lowp_rmsnorm_bf16"], seed=107, needs=["lowp_to_bfloat16", "lowp_rmsnorm"]
+)
 def rmsnorm_bfloat16(sub, rng):
     """RMSNorm in bfloat16: rounded once, every output a bfloat16 value"""
     gamma = oracle_to_bfloat16(affine16(rng, D)[0])
@@ -601,7 +633,12 @@ def _expect_on_the_bfloat16_grid(function, what, out):
         )
 
 
-@LAB.check(points=2, uses=["lowp_layernorm_bf16"], seed=108)
+@LAB.check(
+    points=2,
+    uses=["lowp_layernorm_bf16"],
+    seed=108,
+    needs=["lowp_to_bfloat16", "lowp_layernorm"],
+)
 def layernorm_bfloat16(sub, rng):
     """LayerNorm in bfloat16: offsets 0 to 1000 and a constant row, float32 statistics, rounded once"""
     gamma, beta = (oracle_to_bfloat16(g.astype(np.float32)) for g in affine16(rng, D))
@@ -611,16 +648,21 @@ def layernorm_bfloat16(sub, rng):
             f"bfloat16 values x of shape (2, 4096), offset {offset:g}, {outliers} outlier channels"
         )
         out = LAYERNORM_BF16.expect(
-            sub, Args(x, gamma, beta, eps=LN_EPS), what=what, dtype=np.float32, x=x
+            sub,
+            Args(x, gamma, beta, eps=LN_EPS),
+            what=what,
+            dtype=np.float32,
+            x=x,
+            **_offset_hint(offset, LAYERNORM_BF16_HINT),
         )
         _expect_on_the_bfloat16_grid("lowp_layernorm_bf16", what, out)
     x = oracle_to_bfloat16(activations(rng, 6, 64, 300.0, scale=2.0, dtype=np.float32))
     x = x.reshape(2, 3, 64)
     x[0, 1] = 300.0  # a constant row: variance 0, the output is beta with eps, NaN without
     what = "bfloat16 values x of shape (2, 3, 64) with a constant row"
-    out = LAYERNORM_BF16.expect(
-        sub, Args(x, gamma[:64], beta[:64], eps=LN_EPS), what=what, dtype=np.float32, x=x
-    )
+    args = Args(x, gamma[:64], beta[:64], eps=LN_EPS)
+    hint = _offset_hint(300.0, LAYERNORM_BF16_HINT)
+    out = LAYERNORM_BF16.expect(sub, args, what=what, dtype=np.float32, x=x, **hint)
     _expect_on_the_bfloat16_grid("lowp_layernorm_bf16", what, out)
 
 
@@ -633,13 +675,13 @@ def merge_halves(sub, rng):
     for counts, offset in [((3000, 1096), 1.0), ((1024, 3072), 1000.0), ((1, 7), 300.0)]:
         args = halves(rng, 4, *counts, offset)
         what = f"counts {counts[0]} and {counts[1]}, offset {offset:g}"
-        MERGE_FN.expect(sub, args, what=what, dtype=np.float32)
+        MERGE_FN.expect(sub, args, what=what, dtype=np.float32, **_offset_hint(offset, MERGE_HINT))
 
 
 # ----------------------------------------------------------------------------- practice problems
 
 LOWP_ONEPASS_WHY = {
-    "a": (
+    "b": (
         "float32 has enough bits for the values themselves; what is lost is the difference of "
         "two numbers near c**2 = 1e8, where float32's spacing is 8, far larger than the "
         "variance 1 being computed."
@@ -665,7 +707,7 @@ LOWP_GAIN_WHY = {
         "The 7 fraction bits are relative to the value: near 1e-3 the spacing is 2**-17, about "
         "8e-6, so the offset w keeps an update of 1e-3; only the gain stored as is loses it."
     ),
-    "d": (
+    "c": (
         "Rounding 1 + w in the forward pass is another matter: the stored w keeps adding up the "
         "updates, while a stored gain of 1 never moves."
     ),
@@ -677,7 +719,7 @@ choice(
     "problem 1: the one-pass variance at an offset of 1e4 (multiple choice)",
     points=1,
     name="LOWP_ONEPASS_ANSWER",
-    key="b",
+    key="a",
     hint="Compare the size of the variance with float32's spacing near mean(x**2).",
     why=LOWP_ONEPASS_WHY,
 )
@@ -688,7 +730,7 @@ choice(
     "problem 2: a bfloat16 gain near 1 (multiple choice)",
     points=1,
     name="LOWP_GAIN_ANSWER",
-    key="c",
+    key="d",
     hint="Find bfloat16's spacing near 1 and near 1e-3, and compare each with the update.",
     why=LOWP_GAIN_WHY,
 )

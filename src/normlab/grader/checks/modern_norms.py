@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, probe_table, tensor64
+from normlab.grader.cases import Args, Graded, backward, probe_table, tensor64
 from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, array_of, choice
@@ -174,7 +174,7 @@ def _qk_grads_variant(detached):
             return x / (rms.detach() if detached else rms) * gamma
 
         qn, kn = _rope(norm(qt, gq), cos, sin), _rope(norm(kt, gk), cos, sin)
-        F.scaled_dot_product_attention(qn, kn, vt, is_causal=True).backward(_t(dy))
+        backward(F.scaled_dot_product_attention(qn, kn, vt, is_causal=True), dy)
         return tuple(leaf.grad.numpy() for leaf in leaves)
 
     return grads
@@ -205,7 +205,8 @@ def bf16_values(a):
 def _policy_variant(offset_as="asked", order="asked", upcast=True, cast_back=True):
     """The RMSNorm of bfloat16 x and weight under a convention and a cast order.
 
-    offset_as: "asked", "twice" (2 + w), "never" or "always"; order: "asked" or "swapped"."""
+    offset_as: "asked", "twice" (2 + w), "never", "always" or "rounded" (1 + w computed in
+    bfloat16, then widened for the float32 multiply); order: "asked" or "swapped"."""
 
     def norm(x, weight, eps=EPS, offset=False, multiply_in_float32=True):
         import torch.nn.functional as F
@@ -213,7 +214,8 @@ def _policy_variant(offset_as="asked", order="asked", upcast=True, cast_back=Tru
         torch = _torch()
         x = torch.as_tensor(np.asarray(x, np.float32)).bfloat16()
         weight = torch.as_tensor(np.asarray(weight, np.float32)).bfloat16()
-        use_offset = {"asked": offset, "never": False, "always": True, "twice": offset}[offset_as]
+        use_offset = {"asked": offset, "never": False, "always": True, "twice": offset,
+                      "rounded": offset}[offset_as]  # fmt: skip
         add = 2.0 if (offset_as == "twice" and offset) else 1.0
         in_float32 = multiply_in_float32 if order == "asked" else not multiply_in_float32
         if not upcast:
@@ -223,6 +225,8 @@ def _policy_variant(offset_as="asked", order="asked", upcast=True, cast_back=Tru
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
         if in_float32:
             gain = add + weight.float() if use_offset else weight.float()
+            if offset_as == "rounded" and use_offset:
+                gain = (add + weight).float()  # 1 + w rounded to bfloat16 first
             y = normed * gain
             return (y.bfloat16() if cast_back else y).float().numpy()
         gain = add + weight if use_offset else weight  # bfloat16 arithmetic, one rounding
@@ -252,6 +256,14 @@ POLICY_PROBES = [
         "This matches a gain of 1 + weight where offset=False asks for weight itself (Llama's "
         "convention: the weight starts at 1 and is the gain).",
         _policy_variant(offset_as="always"),
+    ),
+    Probe(
+        "1 + weight rounded to bfloat16",
+        "This matches a gain 1 + weight computed in bfloat16 and only then widened for the "
+        "float32 multiply: near 1 bfloat16's spacing is 2**-7 = 0.0078, so 1 + weight loses "
+        "most of a small weight's digits, the very loss that storing the offset avoids. Widen "
+        "weight to float32 first, then add 1: 1.0 + weight.float().",
+        _policy_variant(offset_as="rounded"),
     ),
     Probe(
         "wrong cast order",
@@ -456,8 +468,8 @@ QK_GRADS = Graded(
     items=("dq", "dk", "dv", "dgamma_q", "dgamma_k"),
     options={
         "kinds": TENSOR,
-        "hint": "qknorm_attention must already pass; then build every step from torch "
-        "operations on q, k and the gains so that autograd sees each dependence.",
+        "hint": "Build every step from torch operations on q, k and the gains so that "
+        "autograd sees each dependence.",
     },
 )
 SUBLAYER = {
@@ -516,7 +528,7 @@ def qknorm_scale_invariance(sub, rng):
     QKNORM.expect(sub, args, what="q scaled by 1000 and k by 0.001")
 
 
-@LAB.check(points=2, uses=["qknorm_grads"], seed=92)
+@LAB.check(points=2, uses=["qknorm_grads"], seed=92, needs=["qknorm_attention"])
 def qknorm_backward(sub, rng):
     """gradients flow through QK-norm (dq, dk, dv, dgamma_q, dgamma_k)"""
     inputs = qk_inputs(rng)
@@ -608,7 +620,7 @@ def sublayer_scaled(sub):
 # ----------------------------------------------------------------------------- practice problems
 
 QK_BOUND_WHY = {
-    "a": "1 would hold if q and k were unit vectors and there were no 1/sqrt(head_dim): RMSNorm "
+    "b": "1 would hold if q and k were unit vectors and there were no 1/sqrt(head_dim): RMSNorm "
     "gives each vector length sqrt(head_dim), not 1.",
     "c": "64 is q_hat . k_hat before the division: the scores are divided by sqrt(head_dim) = 8.",
     "d": "The norm fixes each vector's length whatever q and k were, so the score cannot grow "
@@ -621,7 +633,7 @@ choice(
     "problem 1: the largest attention logit under QK-norm (multiple choice)",
     points=1,
     name="QK_BOUND_ANSWER",
-    key="b",
+    key="a",
     hint="Find the length of an RMS-normalized vector of head_dim coordinates, then bound "
     "the dot product of two of them (Cauchy-Schwarz) and divide by sqrt(head_dim).",
     why=QK_BOUND_WHY,
@@ -653,10 +665,10 @@ choice(
 NGPT_WHY = {
     "a": "nGPT has no LayerNorm or RMSNorm layers: it normalizes the vectors themselves, the "
     "hidden states and the rows of the weight matrices, to length 1.",
+    "b": "nGPT's hidden state is renormalized after every update, so its length stays 1 "
+    "through depth instead of growing like a Pre-LN residual stream.",
     "c": "The weights are normalized too, not only the hidden states: every embedding and every "
     "row of the attention and MLP matrices lies on the unit sphere.",
-    "d": "nGPT's hidden state is renormalized after every update, so its length stays 1 "
-    "through depth instead of growing like a Pre-LN residual stream.",
 }
 
 
@@ -665,7 +677,7 @@ choice(
     "problem 3: what the normalized transformer keeps on the unit sphere (multiple choice)",
     points=1,
     name="NGPT_ANSWER",
-    key="b",
+    key="d",
     hint="Reread the chapter's section on nGPT: which vectors does it normalize, and after "
     "which step?",
     why=NGPT_WHY,

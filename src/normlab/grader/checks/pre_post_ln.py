@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from normlab.grader import inert, keys
-from normlab.grader.cases import Args, Graded, probe_table, tensor64
+from normlab.grader.cases import Args, Graded, backward, probe_table, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
 from normlab.grader.forbidden import from_scratch
@@ -95,7 +95,7 @@ def oracle_rmsnorm(x, gamma, eps=RMS_EPS):
 
 def oracle_layernorm_grads(x, gamma, beta, dy):
     leaves = [_t(a).requires_grad_(True) for a in (x, gamma, beta)]
-    oracle_layernorm(*leaves).backward(_t(dy))
+    backward(oracle_layernorm(*leaves), dy)
     return tuple(leaf.grad.numpy() for leaf in leaves)
 
 
@@ -169,7 +169,7 @@ def _detached_grads(detach_mean, detach_var):
             mean = mean.detach()
         if detach_var:
             var = var.detach()
-        (gt * (xt - mean) / (var + LN_EPS).sqrt() + bt).backward(_t(dy))
+        backward(gt * (xt - mean) / (var + LN_EPS).sqrt() + bt, dy)
         return tuple(leaf.grad.numpy() for leaf in leaves)
 
     return grads
@@ -562,7 +562,7 @@ def oracle_stack_grads(placement, x, weights, dy):
     x_leaf = _t(x).requires_grad_(True)
     leaves = [_t(w).requires_grad_(True) for w in weights]
     out = oracle_stack(placement, N_HEADS, x_leaf, *leaves, final=placement == "pre")
-    out.backward(_t(dy))
+    backward(out, dy)
     per_block = sum((leaf.grad.reshape(len(leaf), -1) ** 2).sum(dim=1) for leaf in leaves[:6])
     return x_leaf.grad.numpy(), torch.sqrt(per_block).numpy()
 

@@ -5,11 +5,15 @@ lab 08 and writes, in NumPy, a network ``x @ W1 -> norm -> ReLU -> @ W2 + b2 -> 
 
     net_forward_backward(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4)
         -> (loss, dW1, dgamma, dbeta, dW2, db2)     # x: (N, D); labels: (N,) ints; W1: (D, H)
+                                                    # norm: "batch", "layer", "group" or "none"
     net_sgd_step(param, grad, velocity, lr, momentum) -> (new_param, new_velocity)
     net_train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size)
         -> (losses, running_mean, running_var, W1, gamma, beta, W2, b2)  # trained, SGD+momentum
     net_predict(x, W1, gamma, beta, running_mean, running_var, W2, b2) -> logits  # eval mode
     NET_SCALE_ANSWER, NET_BATCH1_ANSWER = "a" | "b" | "c" | "d"                  # problems 1, 2
+
+Part 0 grades the learner's norms of labs 02, 03 and 05 (pasted, or written here) on the (N, H)
+features the network gives them, with those labs' own oracles and probes.
 
 The oracle is the same network in PyTorch float64 (``F.batch_norm``, ``F.layer_norm``,
 ``F.group_norm``, ``F.cross_entropy``, autograd and ``torch.optim.SGD``) on the same small fixed arrays: the
@@ -20,17 +24,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, probe_table, tensor64
+from normlab.grader.cases import Args, Graded, affine_params, probe_table, tensor64
+from normlab.grader.checks import batchnorm as lab02
+from normlab.grader.checks import group_instance as lab05
+from normlab.grader.checks import layernorm as lab03
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
 from normlab.grader.probes import Probe, array_of, choice
+
+# Part 0: the learner's norms of labs 02, 03 and 05 (pasted, or written here), by net_...'s norm
+NORMS = {
+    "batch": ("batchnorm_forward", "batchnorm_backward"),
+    "layer": ("layernorm_forward", "layernorm_backward"),
+    "group": ("group_norm_forward", "group_norm_backward"),
+}
+PASTED = tuple(name for pair in NORMS.values() for name in pair)
 
 LAB = Lab(
     stem="08_training",
     title="Train with it",
     forbidden=from_scratch(
-        "net_predict", net_forward_backward=AUTOGRAD, net_sgd_step=AUTOGRAD, net_train=AUTOGRAD
+        "net_predict",
+        *PASTED,
+        net_forward_backward=AUTOGRAD,
+        net_sgd_step=AUTOGRAD,
+        net_train=AUTOGRAD,
     ),
+    borrowed=PASTED,
 )
 
 EPS = 1e-5
@@ -47,8 +67,10 @@ def _norm(z, gamma, beta, norm, groups=4, constant_statistics=False):
     """The hidden layer's norm in torch: the library's, or by hand with frozen statistics."""
     import torch.nn.functional as F
 
-    if norm not in ("batch", "layer", "group"):
-        raise ValueError(f"norm must be 'batch', 'layer' or 'group', not {norm!r}")
+    if norm not in ("batch", "layer", "group", "none"):
+        raise ValueError(f"norm must be 'batch', 'layer', 'group' or 'none', not {norm!r}")
+    if norm == "none":  # the network without a norm: gamma and beta are not used
+        return z
     if not constant_statistics:
         if norm == "batch":
             return F.batch_norm(z, None, None, gamma, beta, training=True, eps=EPS)
@@ -102,7 +124,8 @@ def _network(
     logits = a @ w2 + c
     loss = F.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.long), reduction=reduction)
     loss.backward()
-    return (float(loss.detach()), *(p.grad.numpy() for p in params))
+    grads = (torch.zeros_like(p) if p.grad is None else p.grad for p in params)
+    return (float(loss.detach()), *(g.numpy() for g in grads))
 
 
 def oracle_grads(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
@@ -273,7 +296,9 @@ def _train_variant(sgd="pytorch", statistics="pytorch", same_batch=False):
 
     Args:
         sgd: "pytorch" or "no momentum" (plain SGD: momentum ignored).
-        statistics: "pytorch", "biased" (running_var averages the biased variance) or "none".
+        statistics: "pytorch", "biased" (running_var averages the biased variance), "none",
+            "after step" (the statistics of z = x @ W1 with W1 after the step) or "reversed"
+            (running <- momentum * running + (1 - momentum) * batch).
         same_batch: every step trains on the first batch.
     """
 
@@ -292,19 +317,18 @@ def _train_variant(sgd="pytorch", statistics="pytorch", same_batch=False):
             h = F.batch_norm(z, None, None, g, b, training=True, eps=EPS)
             loss = F.cross_entropy(h.clamp(min=0) @ w2 + c, torch.as_tensor(yb).long())
             loss.backward()
-            zn = z.detach().numpy()
-            ddof = 0 if statistics == "biased" else 1
-            if statistics != "none":
-                running_mean = (1 - BN_MOMENTUM) * running_mean + BN_MOMENTUM * zn.mean(axis=0)
-                running_var = (1 - BN_MOMENTUM) * running_var + BN_MOMENTUM * zn.var(
-                    axis=0, ddof=ddof
-                )
             mu = 0.0 if sgd == "no momentum" else momentum
             with torch.no_grad():
                 for p, v in zip(params, velocities, strict=True):
                     v.mul_(mu).add_(p.grad)
                     p.sub_(lr * v)
                     p.grad = None
+            zn = (tensor64(xb) @ w1 if statistics == "after step" else z).detach().numpy()
+            ddof = 0 if statistics == "biased" else 1
+            new = 1 - BN_MOMENTUM if statistics == "reversed" else BN_MOMENTUM
+            if statistics != "none":
+                running_mean = (1 - new) * running_mean + new * zn.mean(axis=0)
+                running_var = (1 - new) * running_var + new * zn.var(axis=0, ddof=ddof)
             losses.append(float(loss.detach()))
         trained = (p.detach().numpy() for p in params)
         return np.array(losses), running_mean, running_var, *trained
@@ -334,6 +358,22 @@ TRAIN_PROBES = [
         _train_variant(statistics="none"),
     ),
     Probe(
+        "running statistics after the step",
+        "The losses and weights are right, but running_mean and running_var match the "
+        "statistics of z = x @ W1 computed with W1 after the step: the running averages must "
+        "hold the statistics the batch was normalized with during the forward pass. Call "
+        "batchnorm_forward on the batch before net_sgd_step changes W1.",
+        _train_variant(statistics="after step"),
+    ),
+    Probe(
+        "BatchNorm momentum reversed",
+        "running_mean and running_var match running <- 0.1 * running + 0.9 * batch: the "
+        "momentum is reversed. In PyTorch's convention momentum = 0.1 is the weight of the NEW "
+        "batch statistic: running <- (1 - momentum) * running + momentum * batch (Keras's "
+        "momentum = 0.99 weighs the old value).",
+        _train_variant(statistics="reversed"),
+    ),
+    Probe(
         "the same batch every step",
         "These losses match training on the first batch at every step. Step t trains on rows "
         "t * batch_size to (t + 1) * batch_size.",
@@ -354,6 +394,8 @@ def _predict_variant(kind):
             h = F.batch_norm(z, None, None, g, b, training=True, eps=EPS)
         elif kind == "no square root":
             h = g * (z - tensor64(running_mean)) / (tensor64(running_var) + EPS) + b
+        elif kind == "no eps":
+            h = g * (z - tensor64(running_mean)) / tensor64(running_var).sqrt() + b
         else:
             raise ValueError(kind)
         return (h.clamp(min=0) @ tensor64(W2) + tensor64(b2)).numpy()
@@ -373,6 +415,13 @@ PREDICT_PROBES = [
         "running variance without the square root",
         "This divides by running_var + eps instead of sqrt(running_var + eps).",
         _predict_variant("no square root"),
+    ),
+    Probe(
+        "eval mode without eps",
+        "This divides by sqrt(running_var) without eps: training normalized with "
+        "sqrt(var + eps), so eval mode must use the same eps, sqrt(running_var + eps), or a "
+        "feature with a small running variance is scaled differently from how it trained.",
+        _predict_variant("no eps"),
     ),
 ]
 
@@ -414,7 +463,71 @@ PROBES = probe_table(GRADS, SGD, TRAIN, PREDICT)
 # ----------------------------------------------------------------------------- checks
 
 
-@LAB.check(points=3, uses=["net_forward_backward"], seed=80)
+def hidden_features(rng, n=10, hidden=8):
+    """(n, hidden) values like the network's z = x @ W1: each feature with its own offset and
+    scale, as the network hands them to its norm."""
+    return rng.normal(size=(n, hidden)) * rng.uniform(0.5, 3, hidden) + rng.uniform(-2, 2, hidden)
+
+
+# Part 0: the norms as this network uses them, (N, H) features only, with the probes of the
+# labs that teach them (their own checks also ask for (N, C, H, W) images).
+
+
+@LAB.check(points=1, uses=["batchnorm_forward"], seed=87)
+def norms_batch_forward(sub, rng):
+    """Part 0: your BatchNorm on (N, H) features, training and eval mode"""
+    z = hidden_features(rng)
+    state = lab02.params(rng, z.shape[1])
+    lab02.FORWARD.expect(sub, lab02.train_step(z, state), what="training=True, x of shape (10, 8)")
+    args = Args(z, *state, False, momentum=BN_MOMENTUM, eps=EPS)
+    lab02.FORWARD.expect(sub, args, what="training=False, x of shape (10, 8)")
+
+
+@LAB.check(points=1, uses=["batchnorm_backward"], seed=88)
+def norms_batch_backward(sub, rng):
+    """Part 0: your BatchNorm backward on (N, H) features"""
+    z, dy = hidden_features(rng), rng.normal(size=(10, 8))
+    gamma = affine_params(rng, z.shape[1])[0]
+    lab02.BACKWARD.expect(sub, Args(dy, z, gamma, eps=EPS), what="x of shape (10, 8)", x=z)
+
+
+@LAB.check(points=1, uses=["layernorm_forward"], seed=89)
+def norms_layer_forward(sub, rng):
+    """Part 0: your LayerNorm on (N, H) features"""
+    z = hidden_features(rng)
+    gamma, beta = affine_params(rng, z.shape[1])
+    lab03.FORWARD.expect(sub, Args(z, gamma, beta, eps=EPS), what="x of shape (10, 8)")
+
+
+@LAB.check(points=1, uses=["layernorm_backward"], seed=90)
+def norms_layer_backward(sub, rng):
+    """Part 0: your LayerNorm backward on (N, H) features"""
+    z, dy = hidden_features(rng), rng.normal(size=(10, 8))
+    gamma = affine_params(rng, z.shape[1])[0]
+    lab03.BACKWARD.expect(sub, Args(dy, z, gamma, eps=EPS), what="x of shape (10, 8)", x=z)
+
+
+@LAB.check(points=1, uses=["group_norm_forward"], seed=91)
+def norms_group_forward(sub, rng):
+    """Part 0: your GroupNorm on (N, H) features"""
+    z = hidden_features(rng)
+    gamma, beta = affine_params(rng, z.shape[1])
+    for groups in (4, 2):
+        what = f"x of shape (10, 8), num_groups={groups}"
+        lab05.GROUP.expect(sub, Args(z, groups, gamma, beta, eps=EPS), what=what)
+
+
+@LAB.check(points=1, uses=["group_norm_backward"], seed=92)
+def norms_group_backward(sub, rng):
+    """Part 0: your GroupNorm backward on (N, H) features"""
+    z, dy = hidden_features(rng), rng.normal(size=(10, 8))
+    gamma = affine_params(rng, z.shape[1])[0]
+    for groups in (4, 2):
+        args = Args(dy, z, groups, gamma, eps=EPS)
+        lab05.GROUP_BACKWARD.expect(sub, args, what=f"x of shape (10, 8), G={groups}", x=z)
+
+
+@LAB.check(points=3, uses=["net_forward_backward"], seed=80, needs=NORMS["batch"])
 def grads_batchnorm(sub, rng):
     """a training step: loss and gradients match autograd, with BatchNorm"""
     for n in (24, 7):
@@ -422,14 +535,14 @@ def grads_batchnorm(sub, rng):
         GRADS.expect(sub, Args(*data, norm="batch"), what=f"norm='batch', a batch of {n}")
 
 
-@LAB.check(points=2, uses=["net_forward_backward"], seed=81)
+@LAB.check(points=2, uses=["net_forward_backward"], seed=81, needs=NORMS["layer"])
 def grads_layernorm(sub, rng):
     """a training step: loss and gradients match autograd, with LayerNorm"""
     data = network(rng, n=10)
     GRADS.expect(sub, Args(*data, norm="layer"), what="norm='layer', a batch of 10")
 
 
-@LAB.check(points=2, uses=["net_forward_backward"], seed=86)
+@LAB.check(points=2, uses=["net_forward_backward"], seed=86, needs=NORMS["group"])
 def grads_groupnorm(sub, rng):
     """a training step: loss and gradients match autograd, with GroupNorm"""
     for groups in (4, 2):
@@ -438,7 +551,14 @@ def grads_groupnorm(sub, rng):
         GRADS.expect(sub, args, what=f"norm='group' with {groups} groups, a batch of 10")
 
 
-@LAB.check(points=1, uses=["net_forward_backward"], seed=82)
+@LAB.check(points=1, uses=["net_forward_backward"], seed=93)
+def grads_no_norm(sub, rng):
+    """a training step without a norm (norm='none'): gamma and beta unused, their gradients 0"""
+    data = network(rng, n=10)
+    GRADS.expect(sub, Args(*data, norm="none"), what="norm='none', a batch of 10")
+
+
+@LAB.check(points=1, uses=["net_forward_backward"], seed=82, needs=NORMS["batch"])
 def grads_large_logits(sub, rng):
     """a training step stays finite with large logits"""
     *data, b2 = network(rng, n=12)
@@ -454,7 +574,12 @@ def sgd_step(sub, rng):
     SGD.expect(sub, Args(param, grad, velocity, 0.3, 0.9), what="lr = 0.3 and momentum = 0.9")
 
 
-@LAB.check(points=3, uses=["net_train"], seed=84)
+@LAB.check(
+    points=3,
+    uses=["net_train"],
+    seed=84,
+    needs=["net_forward_backward", "net_sgd_step", "batchnorm_forward"],
+)
 def train_k_steps(sub, rng):
     """5 training steps: losses, running statistics and weights match PyTorch"""
     for lr, momentum, steps, batch_size in [(0.5, 0.9, 5, 6), (0.2, 0.5, 3, 8)]:
@@ -464,7 +589,7 @@ def train_k_steps(sub, rng):
         TRAIN.expect(sub, args, what=what)
 
 
-@LAB.check(points=2, uses=["net_predict"], seed=85)
+@LAB.check(points=2, uses=["net_predict"], seed=85, needs=["batchnorm_forward"])
 def predict_eval(sub, rng):
     """eval mode uses the running statistics, also at batch 1"""
     x, _, W1, gamma, beta, W2, b2 = network(rng, n=9)
@@ -490,13 +615,13 @@ NET_SCALE_WHY = {
         "Multiply W1 by c and BatchNorm divides z by c again: the loss is unchanged, so its "
         "gradient cannot grow with c. Differentiate L(c W1) = L(W1) with respect to W1."
     ),
+    "b": (
+        "Scale invariance makes the gradient orthogonal to W1, not zero: W1 keeps learning its "
+        "direction, and the digits network trains with its weights."
+    ),
     "c": (
         "The loss is unchanged by c, but its gradient is not: differentiating L(c W1) = L(W1) "
         "gives a gradient that scales as 1/c, so the step size does depend on the weights' scale."
-    ),
-    "d": (
-        "Scale invariance makes the gradient orthogonal to W1, not zero: W1 keeps learning its "
-        "direction, and the digits network trains with its weights."
     ),
 }
 
@@ -506,14 +631,14 @@ choice(
     "problem 1: what BatchNorm's scale invariance does to a step (multiple choice)",
     points=1,
     name="NET_SCALE_ANSWER",
-    key="b",
+    key="d",
     hint="Write L(c W1) = L(W1) and differentiate both sides with respect to W1.",
     why=NET_SCALE_WHY,
 )
 
 
 NET_BATCH1_WHY = {
-    "a": (
+    "b": (
         "One value's mean is that value itself, and its variance is 0: the normalized feature "
         "is 0 for every image, whatever the image, so nothing of the running statistics is kept."
     ),
@@ -533,7 +658,7 @@ choice(
     "problem 2: test-batch statistics with a batch of one (multiple choice)",
     points=1,
     name="NET_BATCH1_ANSWER",
-    key="b",
+    key="a",
     hint="Compute the mean and the variance of one number, then normalize it.",
     why=NET_BATCH1_WHY,
 )
