@@ -69,10 +69,13 @@ GENEROUS_CALL_S = 120.0
 def grading_budget(cell_s: float | None = None) -> list[str]:
     """`normlab grade` options for a test whose point is not the submission's time budget.
 
-    The budget (``--timeout``) is wall-clock time: on a machine at load 12 (six runnable
+    The budget (``--timeout``) counts the submission's own time, with wall time only as a
+    backstop (``Limits.wall_backstop`` times it): on a machine at load 12 (six runnable
     processes per core) a correct solution that needs a few CPU seconds to grade can take
-    minutes, and the default 60 s, or a test's 20 s, ran out. Such a test grades on the hang
-    guard instead, which only a hung grader reaches. ``cell_s``: each notebook cell is still
+    minutes, and when the budgets were wall time the default 60 s, or a test's 20 s, ran out.
+    Such a test still grades on the hang guard, which only a hung grader reaches, so that no
+    backstop is ever near either (where the grader has no CPU group, the whole notebook's
+    budget is wall time). ``cell_s``: each notebook cell is still
     stopped after that many wall seconds (a share of the budget, as the grader computes it), for
     a class with a notebook that sleeps forever; a correct cell of a NumPy lab takes
     milliseconds. A test *of* a time limit sets its own, small one. One call of a learner's

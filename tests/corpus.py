@@ -515,6 +515,20 @@ while time.monotonic() < end:
     time.sleep(0.05)
 raise OSError(f'killed {killed} processes')
 """
+# Forks 240 processes that spin forever, each in a session of its own (setsid), each carrying
+# MARK on its command line; then waits for them, ignoring its alarm. Without one CPU share for
+# the submission each session was a scheduling group of its own: 240 shares of the machine
+# against a classmate's one.
+SETSID_SPINNERS = """
+import os, signal
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+for _ in range({count}):
+    if os.fork() == 0:
+        os.setsid()
+        os.execv('/bin/sh', ['sh', '-c', 'while :; do :; done', 'sh', '{mark}'])
+while True:
+    os.wait()
+"""
 # Six forked children of 250 MB each, all alive at once (each says so through a pipe, no
 # timing): 1.5 GB, over the submission's total of --memory + tmp_mb (1056 MB here).
 MEMORY_ACROSS_PROCESSES = """

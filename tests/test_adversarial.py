@@ -31,6 +31,7 @@ from corpus import (
     KILL_CLASSMATES,
     LAB,
     LIMIT_OPTIONS,
+    SETSID_SPINNERS,
     SHM_KEYS,
     SOLUTION,
     SPINNER_FILES,
@@ -40,6 +41,9 @@ from corpus import (
     build,
 )
 
+from normlab.grader import core, grade
+from normlab.grader.isolation import cgroup
+from normlab.grader.isolation.limits import DEFAULT
 from normlab.grader.isolation.sandbox import bwrap_available
 
 SANDBOX = bwrap_available()
@@ -298,6 +302,94 @@ def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
         assert fresh["score"] == 0, fresh
     hidden = [stem for stem, lab in labs.items() if not lab.torch]
     assert set(labs) - set(hidden) == {"06_pre_post_ln", "09_modern_norms", "11_triton_kernels"}
+
+
+# A test that slows its submissions tenfold on purpose runs under `make test`, whose own load
+# (other tests, other work) slows them further: the wall-time backstop is five times the
+# grader's (``Limits.wall_backstop``), so that only that extra load, not the test's own
+# slowdown, could reach it. The budgets themselves are the grader's.
+MAKE_TEST_BACKSTOP = "--limit=wall_backstop=50"
+
+
+@pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
+@pytest.mark.parametrize("mode", MODES)
+def test_every_solution_keeps_full_marks_slowed_thirtyfold(tmp_path, mode):
+    """Every lab's worked solution, graded on the grader's own budgets (no test's hang guard)
+    with a thirtieth of a core each (its CPU quota, ``cpus=0.03``: every process of it waits for
+    a CPU 97% of the time, as beside 32 busy loops of the same weight), earns every point with
+    no error; and a second run grades none again, since no result was stopped by the machine's
+    load (such a result is not cached). The budgets count the submission's own time, not the
+    machine's: counted in wall time, as they were, labs 06, 07 and 09 lost points here to "ran
+    out of time" (a tenfold slowdown, the course's promise, was not yet enough to show it)."""
+    from normlab.grader.registry import all_labs
+
+    labs = all_labs()
+    for stem in labs:
+        shutil.copy(ROOT / "solutions" / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    # One job per lab: each may use a thirtieth of a core, all of them together a third of one.
+    extra = ["--timeout", str(DEFAULT.timeout), "--jobs", str(len(labs)), "--limit=cpus=0.03"]
+    extra.append(MAKE_TEST_BACKSTOP)
+    extra += ["--cache", str(tmp_path / "cache.json")]
+    done = grade_here(tmp_path, mode, *extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {s["lab"]: s for s in json.loads(done.stdout)["submissions"]}
+    assert {stem: (r["score"], r["error"]) for stem, r in results.items()} == {
+        stem: (lab.max_score, None) for stem, lab in labs.items()
+    }
+    again = grade_here(tmp_path, mode, *extra)
+    assert f"reused {len(labs)} unchanged" in again.stderr, again.stderr[-2000:]
+
+
+BUSY_LOOP = ["sh", "-c", "while :; do :; done"]
+
+
+@pytest.mark.skipif(
+    cgroup.cpu_available() is None or cgroup.cpu_available()[0] != 1,
+    reason="needs cgroup v1's cpu controller (a group that holds processes and groups)",
+)
+def test_worked_solutions_keep_full_marks_beside_busy_loops(tmp_path):
+    """Labs 03 and 08's worked solutions (each lost points on a loaded machine: "timed out
+    while calling `layernorm_forward`", "ran out of time"), graded on the grader's own budgets
+    beside eight busy loops: the grader, its submissions and the loops share one core (a CPU
+    group this test makes, with a quota of one core, so that the rest of the machine is not
+    theirs), each loop weighing as much as one submission, so that each submission gets about
+    a tenth of the core (two submissions, eight loops, the grader). Every solution earns every
+    point with no error; run again (without the loops), neither is graded again: nothing was
+    stopped by the machine's load. Every lab, in both modes: the test above (a CPU quota)."""
+    import functools
+
+    stems = ["03_layernorm", "08_training"]
+    for stem in stems:
+        shutil.copy(ROOT / "solutions" / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    extra = ["--jobs", str(len(stems)), "--cache", str(tmp_path / "cache.json")]
+    extra.append(MAKE_TEST_BACKSTOP)
+    box = cgroup.Cgroup(None, cpus=1.0)
+    join = functools.partial(cgroup.join, box.paths)
+    hogs = []
+    try:
+        hogs = [subprocess.Popen(BUSY_LOOP, preexec_fn=join) for _ in range(8)]
+        done = subprocess.run(
+            grade_command(tmp_path, "processes", *extra),
+            preexec_fn=join,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        box.remove()
+    assert done.returncode == 0, done.stderr[-3000:]
+    from normlab.grader.registry import all_labs
+
+    labs = all_labs()
+    results = {s["lab"]: s for s in json.loads(done.stdout)["submissions"]}
+    assert {stem: (r["score"], r["error"]) for stem, r in results.items()} == {
+        stem: (labs[stem].max_score, None) for stem in stems
+    }
+    again = grade_here(tmp_path, "processes", "--timeout", str(DEFAULT.timeout), *extra)
+    assert f"reused {len(stems)} unchanged" in again.stderr, again.stderr[-2000:]
 
 
 def test_the_sandbox_hides_torch_at_the_os_level(tmp_path):
@@ -1190,6 +1282,152 @@ def test_classmates_graded_beside_a_killer_keep_their_marks(tmp_path, mode):
     killer_result = results.pop("03_layernorm_a_killer.ipynb")
     assert "killed 0 processes" in (killer_result["error"] or ""), killer_result["error"]
     assert {name: r["score"] for name, r in results.items()} == {name: FULL for name in results}
+
+
+# One mark per mode, as below: each mode's run finds its own spinners.
+SPINNER_MARKS = {"processes": "4242.0616161", "sandbox": "4242.0616162"}
+
+
+def _cpu_cgroup(pid: int) -> str | None:
+    """The cpu controller's cgroup of a process (cgroup v1's ``cpu`` line, or v2's)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    paths = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        paths[controllers] = path
+    found = [path for names, path in paths.items() if "cpu" in names.split(",")]
+    return found[0] if found else paths.get("")
+
+
+@pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
+@pytest.mark.parametrize("mode", MODES)
+def test_classmates_graded_beside_setsid_spinners_keep_their_marks(tmp_path, mode):
+    """Three classmates graded at the same time as a notebook that forks 240 processes that
+    spin forever, each after ``setsid()``, and ignores its alarm. Each session used to be a
+    scheduling group of its own (the kernel's autogroup): 240 shares of the machine against a
+    classmate's one, and a classmate beside it scored 9/24 and lost points to "did not finish
+    in time" (its loss then cached). Now the submission's processes, in whatever sessions,
+    share one CPU share (a cgroup of their own): every spinner seen is in one cgroup, of the
+    grader's making, which no classmate's process is in; every classmate keeps full marks, and
+    is cached (nothing of it was the machine's). The spinning notebook is stopped, as its own
+    doing, when all its processes together have used its 20 s budget of CPU time (one core's
+    worth at most: ``Limits.cpus``), and then earns nothing."""
+    mark = SPINNER_MARKS[mode]
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(SETSID_SPINNERS.format(count=240, mark=mark))]
+    nbformat.write(notebook, tmp_path / "03_layernorm_a_spinner.ipynb")
+    for index in range(3):
+        shutil.copy(SOLUTION, tmp_path / f"03_layernorm_classmate_{index}.ipynb")
+    cache = tmp_path / "grades.cache.json"
+    extra = ["--jobs", "4", "--timeout", "20", "--cache", str(cache), MAKE_TEST_BACKSTOP]
+    grader = subprocess.Popen(
+        grade_command(tmp_path, mode, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    spinners: dict[int, tuple[str | None, int]] = {}
+    while grader.poll() is None:
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in spinners:
+                try:
+                    if mark.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                        spinners[int(name)] = (_cpu_cgroup(int(name)), os.getsid(int(name)))
+                except OSError:
+                    continue
+        time.sleep(0.2)
+    stdout, stderr = grader.communicate(timeout=600)
+    assert grader.returncode == 0, stderr.decode()[-2000:]
+    results = {Path(r["path"]).name: r for r in json.loads(stdout)["submissions"]}
+    spinner = results.pop("03_layernorm_a_spinner.ipynb")
+    assert spinner["score"] == 0
+    assert "timed out while running the notebook's cells" in spinner["error"], spinner["error"]
+    assert {name: (r["score"], r["error"]) for name, r in results.items()} == {
+        name: (FULL, None) for name in results
+    }
+    assert "one CPU share per submission" in spinner["isolation"]
+    assert len(spinners) > 100  # most were running when looked for (all are, once started)
+    groups = {group for group, _ in spinners.values()}
+    assert len(groups) == 1 and "/normlab-" in next(iter(groups)), groups
+    assert len({session for _, session in spinners.values()}) > 100  # each in its own session
+    again = subprocess.run(grade_command(tmp_path, mode, *extra), capture_output=True, text=True)
+    assert "reused 4 unchanged" in again.stderr, again.stderr[-2000:]
+
+
+# A cell that needs 2 s of its process's CPU time, and one that sleeps forever.
+NEEDS_TWO_CPU_SECONDS = (
+    "import time\nstart = time.process_time()\nwhile time.process_time() - start < 2.0:\n    pass"
+)
+SLEEPS_FOREVER = "import time\ntime.sleep(100_000)"
+# The solution's forward pass, whose first call first needs 2 s of its process's CPU time.
+SLOW_FIRST_CALL = (
+    "import time\n_solution_forward, _first = layernorm_forward, [True]\n"
+    "def layernorm_forward(*args, **kwargs):\n"
+    "    if _first.pop() if _first else False:\n"
+    "        start = time.process_time()\n"
+    "        while time.process_time() - start < 2.0:\n"
+    "            pass\n"
+    "    return _solution_forward(*args, **kwargs)"
+)
+# Each cell's and call's budget 5 s of the submission's own time, its wall-time backstop four
+# times that: 20 s, in which a twentieth of a core (``cpus=0.05``) runs 1 s of CPU at most.
+SHORT_BACKSTOP = [
+    "--limit=cell_timeout_share=0.001",
+    "--limit=min_cell_timeout=5",
+    "--limit=wall_backstop=4",
+    "--limit=call_timeout=5",
+]
+# ... and on a whole core, a backstop that no load reaches before the budget
+GENEROUS_BACKSTOP = [*SHORT_BACKSTOP, "--limit=wall_backstop=100"]
+
+
+@pytest.mark.skipif(cgroup.cpu_available() is None, reason="no cpu cgroup can be made here")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students(tmp_path, mode):
+    """Three notebooks, the solution plus one cell each, graded with each cell's and call's
+    budget 5 s of the submission's own time and a wall-time backstop of four times that, on a
+    machine so busy that the submission gets a twentieth of a core at most (its CPU quota,
+    ``cpus=0.05``: its processes wait for a CPU 95% of the time). A cell that needs 2 s of CPU
+    (40 s of wall time there, at least) reaches its 20 s backstop with 1 s of its own time used
+    at most: stopped as the machine being too busy, never put on the student's code, and not
+    cached, so the next run grades it again. A cell that sleeps forever uses no CPU, yet its
+    own wall time runs on (a sleep is not a wait for a CPU): at 5 s it is the student's ("ran
+    out of time"), whatever the machine's load, and cached. A forward pass whose first call
+    needs 2 s of CPU is stopped at that call's backstop as the machine's too: that one check
+    fails with the machine named, the others pass, and it is not cached. Given a whole core
+    (and a backstop no load reaches first), neither the cell nor the call is any problem: full
+    marks, no error."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    cells = {"slowed": NEEDS_TWO_CPU_SECONDS, "sleeper": SLEEPS_FOREVER, "call": SLOW_FIRST_CALL}
+    for name, cell in cells.items():
+        notebook = nbformat.read(SOLUTION, as_version=4)
+        notebook.cells.append(nbformat.v4.new_code_cell(cell))
+        nbformat.write(notebook, folder / f"03_layernorm_{name}.ipynb")
+    cache = ["--cache", str(tmp_path / "cache.json"), "--jobs", "2"]
+    busy = [*SHORT_BACKSTOP, "--limit=cpus=0.05", *cache]
+    first = grade_here(folder, mode, *busy)
+    results = {Path(r["path"]).name: r for r in json.loads(first.stdout)["submissions"]}
+    slowed, sleeper = results["03_layernorm_slowed.ipynb"], results["03_layernorm_sleeper.ipynb"]
+    assert (slowed["score"], slowed["error"]) == (FULL, grade.BUSY_ERROR)
+    assert sleeper["score"] == FULL
+    assert sleeper["error"].endswith("raised Timeout: ran out of time."), sleeper["error"]
+    call = results["03_layernorm_call.ipynb"]
+    failed = [c for c in call["checks"] if not c["passed"]]
+    assert (call["error"], [c["message"] for c in failed]) == (
+        grade.BUSY_ERROR,
+        [str(core.error_from_reply("layernorm_forward", {"error_type": "Busy"}))],
+    )
+    assert call["score"] == FULL - failed[0]["max_points"]
+    again = grade_here(folder, mode, *busy)
+    assert "graded 2 notebook(s), reused 1 unchanged" in again.stderr, again.stderr[-2000:]
+    again_results = {Path(r["path"]).name: r for r in json.loads(again.stdout)["submissions"]}
+    assert again_results["03_layernorm_slowed.ipynb"]["error"] == grade.BUSY_ERROR
+    assert again_results["03_layernorm_sleeper.ipynb"]["error"] == sleeper["error"]
+    (folder / "03_layernorm_sleeper.ipynb").unlink()
+    whole_core = grade_here(folder, mode, *GENEROUS_BACKSTOP, "--cache", str(tmp_path / "c2.json"))
+    for alone in json.loads(whole_core.stdout)["submissions"]:
+        assert (alone["score"], alone["error"]) == (FULL, None), alone
 
 
 # One mark per mode: under `make test` the two modes' runs of the test below are on two workers

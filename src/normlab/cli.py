@@ -480,7 +480,9 @@ GRADE_ARGUMENTS = (
         type=float,
         default=DEFAULT_LIMITS.timeout,
         metavar="S",
-        help=f"wall-time budget per submission in seconds (default {DEFAULT_LIMITS.timeout:g})",
+        help=f"time budget per submission in seconds, its own time: CPU, or wall time less its "
+        f"waits for a CPU (default {DEFAULT_LIMITS.timeout:g}; wall time only as a backstop, "
+        f"{DEFAULT_LIMITS.wall_backstop:g} times it)",
     ),
     arg(
         "--memory",

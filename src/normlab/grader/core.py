@@ -176,6 +176,12 @@ def error_from_reply(name: str, reply: dict) -> SubmissionError:
         return NotImplementedYet(f"`{name}` is not implemented yet")
     if error_type == "Timeout":
         return RaisedError(f"`{name}` did not finish in time (an endless loop?)", error_type)
+    if error_type == "Busy":  # the machine, not the code: see isolation.clock
+        return RaisedError(
+            f"`{name}` was stopped: the machine was too busy to run it in time (not the "
+            "notebook's doing); this result is not cached",
+            error_type,
+        )
     detail = inert.clip(reply.get("traceback", ""), last=True)
     shown = inert.clip(error_type)
     return RaisedError(f"`{name}` raised {shown}: {message}", error_type, detail)

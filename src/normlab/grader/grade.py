@@ -362,9 +362,20 @@ def run(grading: Grading) -> None:
             graded = core.WithCompanion(submission, companion, lab.companion.names)
         grading.results = core.run_checks(lab, graded)
         grading.error = attribute(grading, submission)
-        grading.cacheable = not submission.killed_from_outside and not (
-            companion is not None and companion.killed_from_outside
+        # not the student's doing: killed from outside, or stopped by the machine's load
+        grading.cacheable = not any(
+            process.killed_from_outside or process.machine_busy
+            for process in (submission, companion)
+            if process is not None
         )
+
+
+#: the error of a submission that the machine's load stopped somewhere (``isolation.clock``)
+BUSY_ERROR = (
+    "the machine was too busy to run this notebook in time: a call or a cell reached its "
+    "wall-time backstop before using its time budget (not the notebook's doing); this result "
+    "is not cached, and the next run grades it again"
+)
 
 
 def attribute(grading: Grading, submission: ChildSubmission) -> str | None:
@@ -382,9 +393,11 @@ def attribute(grading: Grading, submission: ChildSubmission) -> str | None:
     # stopped by PyTorch, hidden from a NumPy lab, is a comparison of the learner's own, skipped
     # while grading (``isolation.hidden``). A cell that called a function which ran out of time
     # in an earlier cell: that cell's timeout is the one reported.
-    skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN}
+    skipped = {"NotImplementedError", worker.NOT_RUN_AGAIN, worker.BUSY}
     if submission.hide_torch:
         skipped.add(hidden.ERROR_TYPE)
+    if submission.machine_busy and not submission.killed_from_outside:
+        return BUSY_ERROR
     errors = [e for e in submission.cell_errors if e.error_type not in skipped]
     if errors:
         return attribution.learner_cells_message(

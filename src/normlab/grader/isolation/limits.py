@@ -20,7 +20,7 @@ from pathlib import Path
 MiB = 1 << 20
 
 #: units a limit is given in, and how the table shows its value
-UNITS = {"s": "s", "MB": "MB", "bytes": "MB", "count": "", "share": ""}
+UNITS = {"s": "s", "MB": "MB", "bytes": "MB", "count": "", "share": "", "times": "times"}
 
 
 def limit(default, unit: str, help: str, option: str | None = None):
@@ -38,7 +38,12 @@ class Limits:
     """What one submission may use. Part of the cache key: change one and everything regrades."""
 
     timeout: float = limit(
-        60.0, "s", "wall time for the whole submission (`--timeout`)", option="--timeout"
+        60.0,
+        "s",
+        "the whole submission's own time (`--timeout`): the CPU time of all its processes, or "
+        "its wall time less the time it waited for a CPU, whichever is more (see "
+        "`wall_backstop`)",
+        option="--timeout",
     )
     memory_mb: int = limit(
         3072,
@@ -50,11 +55,31 @@ class Limits:
         option="--memory",
     )
     call_timeout: float = limit(
-        5.0, "s", "one call of a learner's function (not called again after)"
+        5.0,
+        "s",
+        "one call of a learner's function, in the same own time (not called again after)",
     )
-    cell_timeout_share: float = limit(0.25, "share", "one notebook cell, as a share of the budget")
+    cell_timeout_share: float = limit(
+        0.25, "share", "one notebook cell, in the same own time, as a share of what is left"
+    )
     min_cell_timeout: float = limit(5.0, "s", "... but never less than")
-    cpu_slack: int = limit(5, "s", "CPU time beyond the wall budget")
+    wall_backstop: float = limit(
+        10.0,
+        "times",
+        "wall time a call, a cell or the whole submission may take, as a multiple of its "
+        "budget: past it, it spent most of its time waiting for a CPU, and is stopped as the "
+        "machine being too busy (never the student's; not cached)",
+    )
+    cpus: float = limit(
+        1.0,
+        "count",
+        "cores' worth of CPU time all the submission's processes together may use at once, "
+        "with one share of the machine between them, whatever their sessions (a `cpu` "
+        "cgroup; the run's isolation line says whether there is one)",
+    )
+    cpu_slack: int = limit(
+        5, "s", "CPU time of each process beyond what is left of the budget (`RLIMIT_CPU`)"
+    )
     max_restarts: int = limit(2, "count", "restarts of a child that died, for the remaining checks")
     max_file_bytes: int = limit(
         64 * MiB,

@@ -29,11 +29,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from normlab.grader import attribution, core
 from normlab.grader.isolation import (
     cgroup,
+    clock,
     files,
     forkserver,
     hidden,
@@ -79,6 +81,11 @@ class IsolationError(Exception):
     """The requested isolation cannot be had here (a usage error for the command)."""
 
 
+class MachineBusy(core.ProcessTimedOut):
+    """An exchange reached its wall-time backstop before the submission's own time reached its
+    budget (``clock``): the machine's load, not the student's code."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Isolation:
     """How submissions run: under bubblewrap or as plain processes, and as which user."""
@@ -95,6 +102,9 @@ class Isolation:
     #: both modes: each submission has one memory total for all its processes and files (a
     #: cgroup of ``memory_mb + tmp_mb``); False where no cgroup can be made here (``cgroup``)
     memory_group: bool = False
+    #: both modes: each submission's processes share one CPU share and its time is counted on
+    #: its CPU group (``cgroup``, ``clock``); False where no ``cpu`` cgroup can be made here
+    cpu_group: bool = False
 
 
 @functools.cache
@@ -364,7 +374,14 @@ def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
         if memory_group
         else ", memory bounded per process only (no cgroup here)"
     )
-    kept = private, namespaces, memory_group
+    cpu_group = cgroup.cpu_available() is not None
+    mode += (
+        f", one CPU share per submission (cgroup v{cgroup.cpu_available()[0]})"
+        if cpu_group
+        else ", NO CPU share per submission (no cpu cgroup here: its processes in other "
+        "sessions compete as separate ones, and its time is its process's own count)"
+    )
+    kept = private, namespaces, memory_group, cpu_group
     if os.geteuid() != 0:
         return Isolation(
             use_sandbox, None, f"{mode}, as the grading user (uid {os.getuid()})", *kept
@@ -461,9 +478,19 @@ class ChildSubmission(core.Submission):
         #: its process died of a SIGKILL that neither the grader nor a limit of the submission
         #: sent: the result is not the student's doing, and is not cached
         self.killed_from_outside = False
+        #: a call or cell reached its wall-time backstop before its own time reached its
+        #: budget (``clock``): the machine was too busy; not the student's, and not cached
+        self.machine_busy = False
+        #: the submission's own seconds used so far (``clock.Span.used`` of each exchange)
+        self.spent = 0.0
+        self.last_span: clock.Span | None = None  # the last exchange's clock
+        #: the submission's cgroups: its memory total and its CPU share, where each can be had
         self.memory_group = None
-        if isolation.memory_group:
-            self.memory_group = cgroup.Cgroup((limits.memory_mb + limits.tmp_mb) << 20)
+        if isolation.memory_group or isolation.cpu_group:
+            self.memory_group = cgroup.Cgroup(
+                (limits.memory_mb + limits.tmp_mb) << 20 if isolation.memory_group else None,
+                limits.cpus if isolation.cpu_group else None,
+            )
         # The parent's private folder: the log (a file without a name) and, for the
         # processes mode, the child's working folder ``work`` inside it.
         self.base = tempfile.mkdtemp(prefix="normlab-grade-")
@@ -484,9 +511,13 @@ class ChildSubmission(core.Submission):
     # ------------------------------------------------------------------ lifecycle
 
     def remaining(self) -> float:
+        """What is left of the submission's budget in its own time (``clock``): ``timeout``
+        less what its exchanges used, and no more than its wall-time backstop (``deadline``,
+        ``wall_backstop`` times ``timeout`` from its first process) still allows."""
+        left = self.limits.timeout - self.spent
         if self.deadline is None:
-            return self.limits.timeout
-        return self.deadline - time.monotonic()
+            return left
+        return min(left, (self.deadline - time.monotonic()) / self.limits.wall_backstop)
 
     def _limits_for_child(self) -> dict:
         limits = {
@@ -495,6 +526,7 @@ class ChildSubmission(core.Submission):
             "max_file_bytes": self.limits.max_file_bytes,
             "max_processes": self.limits.max_processes,
             "hide_torch": self.hide_torch,
+            "wall_backstop": self.limits.wall_backstop,
         }
         private = {"bytes": self.limits.tmp_mb << 20, "files": self.limits.max_files}
         if self.isolation.private_folder and not self.isolation.sandbox:
@@ -526,7 +558,7 @@ class ChildSubmission(core.Submission):
                     environment,
                     (request_read, reply_write, self.log_fd),
                     limits,
-                    self.memory_group.path if self.memory_group else None,
+                    self.memory_group.paths if self.memory_group else None,
                 )
                 return True
             except OSError:
@@ -548,7 +580,7 @@ class ChildSubmission(core.Submission):
                 env=environment,
                 start_new_session=True,  # its own session: we kill everything in it
                 preexec_fn=(
-                    functools.partial(cgroup.join_or_exit, self.memory_group.path)
+                    functools.partial(cgroup.join_or_exit, self.memory_group.paths)
                     if self.memory_group
                     else None
                 ),
@@ -587,7 +619,7 @@ class ChildSubmission(core.Submission):
             self.close()
             raise core.ProcessFailed("the grader could not start a process (no ready signal)")
         if self.deadline is None:
-            self.deadline = time.monotonic() + self.limits.timeout
+            self.deadline = time.monotonic() + self.limits.timeout * self.limits.wall_backstop
         else:  # a restart: the time spent getting a process is not the submission's
             self.deadline += time.monotonic() - started
         header, arrays = wire.load_request(
@@ -599,6 +631,10 @@ class ChildSubmission(core.Submission):
         try:
             self.names, self.cell_errors = wire.parse_load_reply(reply, results, len(self.cells))
             self.hung.update(wire.parse_hung(reply, self.names, len(self.cells)))
+            # A cell stopped at its wall-time backstop before its own time was up: the machine's
+            # doing (the child's claim only makes this result uncached; it earns nothing).
+            if any(error.error_type == worker.BUSY for error in self.cell_errors):
+                self.machine_busy = True
         except wire.ProtocolError as error:
             self.close()
             raise core.ProcessFailed(
@@ -699,13 +735,49 @@ class ChildSubmission(core.Submission):
             f"the notebook's process exited with code {code} (sys.exit / os._exit in the notebook?)"
         )
 
+    def _span(self, budget: float) -> clock.Span:
+        """An exchange's clock (``clock``): its budget in the submission's own time, counted on
+        its CPU group (every thread's wait for a CPU, and the grader's own thread's, is not
+        the submission's time); its backstop, ``wall_backstop`` times that in wall time, within
+        the submission's own backstop. Without a CPU group the grader sees neither count: the
+        child's own clock stops its calls and cells, and the grader stops only what is still
+        running at the backstop."""
+        backstop = budget * self.limits.wall_backstop
+        if self.deadline is not None:
+            backstop = min(backstop, self.deadline - time.monotonic())
+        group = self.memory_group
+        if group is None or group.acct_path is None:
+            return clock.Span(budget, backstop)
+        grader_thread = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+
+        def waits():
+            found = group.run_delays()
+            if found is not None:
+                delay = clock.read_run_delay(grader_thread)
+                if delay is not None:
+                    found["grader"] = delay
+            return found
+
+        return clock.Span(
+            budget, backstop, cpu=group.cpu_seconds, waits=waits, rate=self.limits.cpus
+        )
+
     def _exchange(self, header: dict, arrays: list, timeout: float, doing: str):
-        deadline = time.monotonic() + max(0.0, timeout)
+        span = self._span(max(0.0, timeout))
+        self.last_span = span
         try:
-            self._send(header, arrays, deadline)
-            return wire.recv(self._reader(deadline), self.limits)
+            self._send(header, arrays, span)
+            return wire.recv(self._reader(span), self.limits)
         except TimeoutError:
             self.close()
+            if span.ended == clock.BUSY:
+                self.machine_busy = True
+                raise MachineBusy(
+                    f"the machine was too busy while {doing}: stopped after "
+                    f"{self.limits.wall_backstop:g} times its time budget in wall time, most of "
+                    "it spent waiting for a CPU (not the notebook's doing); this result is not "
+                    "cached"
+                ) from None
             raise core.ProcessTimedOut(
                 f"timed out while {doing} (an endless loop or sleep?)"
             ) from None
@@ -718,29 +790,41 @@ class ChildSubmission(core.Submission):
             raise core.ProcessFailed(
                 f"the notebook's process sent garbage while {doing}: {error}"
             ) from None
+        finally:
+            self.spent += span.used()
 
-    def _send(self, header: dict, arrays: list, deadline: float) -> None:
+    @staticmethod
+    def _time_left(deadline) -> float:
+        """Seconds to wait before looking again, or TimeoutError once the time is up:
+        ``deadline`` is a time (``time.monotonic``) or a ``clock.Span`` (then its verdict is
+        kept as ``span.ended``)."""
+        if isinstance(deadline, clock.Span):
+            verdict = deadline.verdict()
+            if verdict is not None:
+                deadline.ended = verdict
+                raise TimeoutError
+            return deadline.next_check()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        return remaining
+
+    def _send(self, header: dict, arrays: list, deadline) -> None:
         """Write a request without ever blocking past the deadline (the child may not read)."""
         view = memoryview(wire.frame(header, arrays))
         while view:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            _, writable, _ = select.select([], [self.request_fd], [], remaining)
-            if not writable:
-                raise TimeoutError
-            view = view[os.write(self.request_fd, view) :]
+            _, writable, _ = select.select([], [self.request_fd], [], self._time_left(deadline))
+            if writable:
+                view = view[os.write(self.request_fd, view) :]
 
-    def _reader(self, deadline: float):
+    def _reader(self, deadline):
         def read_exact(n: int) -> bytes:
             chunks, remaining_bytes = [], n
             while remaining_bytes:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                readable, _, _ = select.select([self.reply_fd], [], [], remaining)
+                wait = self._time_left(deadline)
+                readable, _, _ = select.select([self.reply_fd], [], [], wait)
                 if not readable:
-                    raise TimeoutError
+                    continue
                 chunk = os.read(self.reply_fd, min(remaining_bytes, 1 << 20))
                 if not chunk:
                     raise EOFError
@@ -798,7 +882,8 @@ class ChildSubmission(core.Submission):
             )
         except core.ProcessTimedOut as failure:
             self.dead_reason = str(failure)
-            self.timed_out.add(name)
+            if not isinstance(failure, MachineBusy):
+                self.timed_out.add(name)
             raise
         except core.ProcessFailed as failure:
             self.dead_reason = str(failure)
@@ -806,9 +891,17 @@ class ChildSubmission(core.Submission):
         try:
             return wire.parse_call_reply(name, reply, results)
         except core.RaisedError as error:
+            if error.error_type == worker.BUSY:
+                # The child says it was kept waiting: believed only where the grader's own
+                # count agrees that the call had not used its budget (a busy claim only
+                # makes this result uncached; it earns nothing).
+                if self.last_span is None or self.last_span.verdict() != clock.SPENT:
+                    self.machine_busy = True
+                    raise
+                error = core.error_from_reply(name, {"error_type": "Timeout"})
             if error.error_type == "Timeout":
                 self.timed_out.add(name)
-            raise
+            raise error from None
         except wire.ProtocolError as error:
             self.close()
             self.dead_reason = f"the notebook's process sent garbage while calling `{name}`"

@@ -21,10 +21,11 @@ import os
 import resource
 import signal
 import sys
+import time
 import traceback
 import types
 
-from normlab.grader.isolation import hidden, workspace
+from normlab.grader.isolation import clock, hidden, workspace
 
 CELL_MARKER = "<notebook cell {index}>"
 # What a worker imports before the submission's budget starts: what every lab's cells import.
@@ -91,11 +92,32 @@ def apply_limits(limits: dict, already: int | None = None) -> None:
 
 
 class CellTimeout(BaseException):
-    """Raised inside learner code when its time is up (BaseException: harder to swallow)."""
+    """Raised inside learner code when its time is up (BaseException: harder to swallow).
+    ``busy``: it reached the wall-time backstop before its own time reached its budget (the
+    machine was too busy: not the learner's doing)."""
+
+    def __init__(self, busy: bool = False):
+        super().__init__()
+        self.busy = busy
+
+
+#: the error type of a cell or call stopped because the machine was too busy
+BUSY = "Busy"
+#: the wall-time backstop of a cell or a call, as a multiple of its budget (from the limits)
+_backstop = [10.0]
+#: the span of the cell or call now running, if any (``clock.Span``)
+_span: list = [None]
 
 
 def _on_alarm(signum, frame):
-    raise CellTimeout()
+    span = _span[0]
+    if span is None:
+        raise CellTimeout()
+    verdict = span.verdict()
+    if verdict is None:  # kept waiting for a CPU: its own time is not up yet
+        signal.setitimer(signal.ITIMER_REAL, span.next_check())
+        return
+    raise CellTimeout(busy=verdict == clock.BUSY)
 
 
 def strip_magics(source: str) -> str:
@@ -124,6 +146,9 @@ def short_traceback(error: BaseException, limit: int = 6) -> str:
 
 
 def describe_error(error: BaseException) -> dict:
+    if isinstance(error, CellTimeout) and error.busy:
+        message = "stopped: the machine was too busy to run it in time"
+        return {"error_type": BUSY, "message": message, "traceback": ""}
     if isinstance(error, CellTimeout):
         return {"error_type": "Timeout", "message": "ran out of time", "traceback": ""}
     if isinstance(error, FunctionNotRunAgain):
@@ -139,11 +164,17 @@ def describe_error(error: BaseException) -> dict:
 
 
 def run_with_timeout(seconds: float, function, *args, **kwargs):
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    """``function(*args, **kwargs)``, stopped (``CellTimeout``) once this process has used
+    ``seconds`` of its own time, CPU or own wall time (``clock``), or once the wall-time
+    backstop has passed (then ``busy``)."""
+    span = clock.Span(seconds, seconds * _backstop[0], cpu=time.process_time, waits=clock.own_waits)
+    _span[0] = span
+    signal.setitimer(signal.ITIMER_REAL, span.next_check())
     try:
         return function(*args, **kwargs)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        _span[0] = None
 
 
 #: the error type of a call to a function that ran out of time in an earlier cell (not run again)
@@ -221,7 +252,7 @@ def execute_cells(
             run_with_timeout(cell_timeout, exec, code, namespace)
         except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as error:
             errors.append({"cell": index, **describe_error(error)})
-            if isinstance(error, CellTimeout):
+            if isinstance(error, CellTimeout) and not error.busy:
                 for name in hung_functions(error, namespace):
                     hung.setdefault(name, index)
                     namespace[name] = _stand_in(name, hung[name])
@@ -446,6 +477,7 @@ def run_submission(request_fd: int, reply_fd: int, limits: dict) -> None:
         print(f"normlab: capabilities not dropped: {error}", file=sys.stderr, flush=True)
         os._exit(workspace.EXIT_NO_WORKSPACE)
     apply_limits(limits, already)
+    _backstop[0] = float(limits.get("wall_backstop", _backstop[0]))
     signal.signal(signal.SIGALRM, _on_alarm)
     os.environ["NORMLAB_GRADING"] = "1"
     # The learner's notebook sees an ordinary interpreter: no grader modules on sys.path beyond
