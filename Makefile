@@ -67,7 +67,7 @@ lab: $(VENV)/.installed
 # started (a grader, a browser, a server), and the extra worker computes meanwhile; a second
 # extra worker only adds CPU time.
 TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 8))')
-test: $(VENV)/.installed $(VENV)/.site-installed
+test: $(VENV)/.installed $(VENV)/.site-installed $(VENV)/.browser-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
@@ -94,10 +94,16 @@ lint: $(VENV)/.installed
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format src tests solutions notebooks benchmarks
 
-# The website's builder and browser driver (the `site` extra); Chromium itself comes from the
-# system (Debian: apt-get install chromium), the browser test skips without it.
+# The website's builder (the `site` extra): all that `make site` installs.
 $(VENV)/.site-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -e '.[site]'
+	@touch $@
+
+# The browser tests' driver (the `browser` extra, Playwright), for `make test` only; Chromium
+# itself comes from the system (Debian: apt-get install chromium), the browser tests skip
+# without it.
+$(VENV)/.browser-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -e '.[browser]'
 	@touch $@
 
 site: $(VENV)/.site-installed

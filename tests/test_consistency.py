@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 import tomllib
@@ -443,3 +444,23 @@ def test_a_stale_quote_is_told_which_number_moved():
     found = quoted_mismatches(stale, sentence, stored_output(notebook, cell_id), printed)
     assert [f.split(":")[0] for f in found] == ["pre1", "pre10", "peri10"], found
     assert "the chapter says 47.7, the output prints" in found[1], found
+
+
+def test_make_site_installs_the_builder_and_not_the_browser_driver(tmp_path):
+    """`make site` is a learner's command: it installs the `site` extra (the builder) only;
+    Playwright, the browser tests' driver, is the `browser` extra, which `make test` installs."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = extras["optional-dependencies"]
+    assert not [r for r in extras["site"] if r.lower().startswith("playwright")], extras["site"]
+    assert [r for r in extras["browser"] if r.lower().startswith("playwright")]
+
+    def dry_run(target: str) -> str:
+        # A venv that does not exist: make -n lists every install step without running one.
+        done = subprocess.run(["make", "-n", f"VENV={tmp_path / 'venv'}", target], cwd=ROOT,
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return done.stdout
+
+    site = dry_run("site")
+    assert "'.[site]'" in site and "site/build.py" in site
+    assert "browser" not in site and "playwright" not in site.lower()
+    assert "'.[browser]'" in dry_run("test")
