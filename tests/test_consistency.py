@@ -102,7 +102,8 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     conda_side = {}
     for entry in environment["dependencies"]:
         if isinstance(entry, dict):
-            assert entry.get("pip") == ["-e ."], "the pip section only installs the course package"
+            # The course package and lab 11's Triton (Binder's kernel is this environment).
+            assert entry.get("pip") == ["-e .[kernels]"], "the pip section: the course only"
             continue
         name, spec = _name_and_spec(entry)
         if name == "python":
@@ -117,6 +118,11 @@ def test_environment_yml_names_the_kernels_extra_as_pyproject_does():
     (kernels,) = project["optional-dependencies"]["kernels"]
     assert kernels.startswith("triton>=")
     assert kernels in (ROOT / "environment.yml").read_text()
+    # ... and installs it: Binder's kernel runs in this environment, not in .venv
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    (pip,) = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
+    extras = re.findall(r"^-e \"?\.\[([a-z,]+)\]\"?$", pip[0])
+    assert extras and "kernels" in extras[0].split(","), pip
 
 
 def test_torch_is_a_range_and_conda_gets_the_cpu_build():
