@@ -20,7 +20,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help kernels lab test test-fast bench labs grade lint format clean-venv site
+.PHONY: help kernels lab test test-fast bench labs grade lint format clean-venv site gpu-check
 
 help:
 	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.md"
@@ -28,6 +28,7 @@ help:
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
 	@echo "make kernels - install Triton (optional, about 1 GB, Linux x86-64) for lab 11's GPU kernels"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
+	@echo "make gpu-check - on a CUDA GPU: lab 11's checks on the compiled kernels and their timings, in benchmarks/results/"
 	@echo "make grade  - your progress: a line per lab you started in $(WORK)/, graded"
 	@echo "make labs   - regenerate labs/ and es/labs/ from solutions/ and es/catalog/ (authors; never touches $(WORK)/)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
@@ -80,6 +81,13 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench.py
+
+# On a machine with a CUDA GPU: lab 11's checks with its kernels compiled (not interpreted) and
+# benchmarks/triton_norms.py, into benchmarks/results/gpu_check_<device>.txt. Without a GPU it
+# says so and exits with status 3 (benchmarks/gpu_check.py; --interpret runs it on the CPU).
+gpu-check: $(VENV)/.installed
+	@$(PY) -c 'import triton' 2>/dev/null || $(MAKE) kernels
+	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_FLAGS)
 
 labs: $(VENV)/.installed
 	$(VENV)/bin/normlab labs
