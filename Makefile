@@ -82,9 +82,6 @@ test-fast: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench.py
 
-# On a machine with a CUDA GPU: lab 11's checks with its kernels compiled (not interpreted) and
-# benchmarks/triton_norms.py, into benchmarks/results/gpu_check_<device>.txt. Without a GPU it
-# says so and exits with status 3 (benchmarks/gpu_check.py; --interpret runs it on the CPU).
 gpu-check: $(VENV)/.installed
 	@$(PY) -c 'import triton' 2>/dev/null || $(MAKE) kernels
 	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_FLAGS)
