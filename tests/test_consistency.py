@@ -470,3 +470,19 @@ def test_make_site_installs_the_builder_and_not_the_browser_driver(tmp_path):
     assert "'.[site]'" in site and "site/build.py" in site
     assert "browser" not in site and "playwright" not in site.lower()
     assert "'.[browser]'" in dry_run("test")
+
+
+def test_no_stored_output_shows_a_warning():
+    """A warning in a demo's or a lab's output reads to a learner as something they did wrong
+    (demo 10's autocast cell showed PyTorch's "Mismatch dtype between input and weight")."""
+    shown = []
+    for folder in ("notebooks", "labs", "solutions", "es/labs"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+                for output in cell.get("outputs", []):
+                    text = "".join(output.get("text", ""))
+                    if output.get("name") == "stderr" and "Warning" in text:
+                        shown.append(
+                            f"{path.relative_to(ROOT)} cell {cell.get('id')}: {text[:160]}"
+                        )
+    assert shown == [], "\n".join(shown)
