@@ -20,7 +20,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help kernels lab test test-fast bench labs grade lint format clean-venv site
+.PHONY: help kernels lab test test-fast bench labs grade lint format clean-venv site gpu-check
 
 help:
 	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.md"
@@ -28,6 +28,7 @@ help:
 	@echo "make test-fast - the package, checks, probes and build tests only (edit loop)"
 	@echo "make kernels - install Triton (optional, about 1 GB, Linux x86-64) for lab 11's GPU kernels"
 	@echo "make bench  - time every notebook and grading; report in benchmarks/results/"
+	@echo "make gpu-check - on a CUDA GPU: lab 11's checks on the compiled kernels and their timings, in benchmarks/results/"
 	@echo "make grade  - your progress: a line per lab you started in $(WORK)/, graded"
 	@echo "make labs   - regenerate labs/ and es/labs/ from solutions/ and es/catalog/ (authors; never touches $(WORK)/)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
@@ -67,7 +68,7 @@ lab: $(VENV)/.installed
 # started (a grader, a browser, a server), and the extra worker computes meanwhile; a second
 # extra worker only adds CPU time.
 TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 8))')
-test: $(VENV)/.installed $(VENV)/.site-installed
+test: $(VENV)/.installed $(VENV)/.site-installed $(VENV)/.browser-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
 	$(VENV)/bin/normlab labs --check
@@ -80,6 +81,10 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench.py
+
+gpu-check: $(VENV)/.installed
+	@$(PY) -c 'import triton' 2>/dev/null || $(MAKE) kernels
+	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_FLAGS)
 
 labs: $(VENV)/.installed
 	$(VENV)/bin/normlab labs
@@ -94,10 +99,16 @@ lint: $(VENV)/.installed
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format src tests solutions notebooks benchmarks
 
-# The website's builder and browser driver (the `site` extra); Chromium itself comes from the
-# system (Debian: apt-get install chromium), the browser test skips without it.
+# The website's builder (the `site` extra): all that `make site` installs.
 $(VENV)/.site-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -e '.[site]'
+	@touch $@
+
+# The browser tests' driver (the `browser` extra, Playwright), for `make test` only; Chromium
+# itself comes from the system (Debian: apt-get install chromium), the browser tests skip
+# without it.
+$(VENV)/.browser-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -e '.[browser]'
 	@touch $@
 
 site: $(VENV)/.site-installed

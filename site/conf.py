@@ -56,3 +56,54 @@ html_context = {"repository_url": repository_url(Path(__file__).resolve().parent
 
 suppress_warnings = ["myst.header"]
 html_favicon = "_static/favicon.svg"
+
+
+# --- the Spanish pages' sidebar ------------------------------------------------------------------
+# Furo's sidebar is the home page's navigation (English captions and pages, the Spanish edition
+# as one entry). A Spanish page shows the Spanish edition's own navigation instead: the
+# toctrees of es/index (Capítulos, Laboratorios, Soluciones), resolved from that page.
+SPANISH_HOME = "es/index"
+
+
+def spanish_navigation(app, pagename: str) -> str | None:
+    from furo.navigation import get_navigation_tree
+    from sphinx import addnodes
+    from sphinx.environment.adapters.toctree import _resolve_toctree
+
+    env = app.builder.env
+    if SPANISH_HOME not in env.all_docs:
+        return None
+    resolved = [
+        _resolve_toctree(
+            env,
+            pagename,
+            app.builder,
+            node,
+            prune=True,
+            maxdepth=-1,
+            titles_only=True,
+            collapse=False,
+            includehidden=True,
+            tags=app.builder.tags,
+        )  # fmt: skip
+        for node in env.get_doctree(SPANISH_HOME).findall(addnodes.toctree)
+    ]
+    resolved = [tree for tree in resolved if tree is not None]
+    if not resolved:
+        return None
+    tree = resolved[0]
+    for more in resolved[1:]:
+        tree.extend(more.children)
+    return get_navigation_tree(app.builder.render_partial(tree)["fragment"])
+
+
+def _spanish_sidebar(app, pagename, templatename, context, doctree) -> None:
+    if pagename.startswith("es/") and "furo_navigation_tree" in context:
+        navigation = spanish_navigation(app, pagename)
+        if navigation is not None:
+            context["furo_navigation_tree"] = navigation
+
+
+def setup(app):
+    # After Furo's own handler (priority 500), which computes the English tree.
+    app.connect("html-page-context", _spanish_sidebar, priority=600)

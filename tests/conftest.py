@@ -438,7 +438,7 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/b
 def browser():
     """One headless Chromium per test module; skipped without Playwright or Chromium."""
     if importlib.util.find_spec("playwright") is None:
-        pytest.skip("Playwright is not installed: pip install -e '.[site]'")
+        pytest.skip("Playwright is not installed: pip install -e '.[browser]' (make test does)")
     executable = next((c for c in CHROMIUM_CANDIDATES if Path(c).exists()), None)
     executable = executable or shutil.which("chromium")
     if executable is None:
@@ -553,7 +553,8 @@ MAKE_ENV = {**os.environ, "DISPLAY": "", "WAYLAND_DISPLAY": ""}
 # The copy shares this checkout's .venv. Its install steps are never remade from the copy: with
 # a pyproject.toml newer than the venv's stamp, `make` reinstalled the course from the copy in a
 # temporary folder, and every later grading in the suite imported a package that was gone.
-MAKE = ("make", f"VENV={VENV}", "-o", f"{VENV}/.installed", "-o", f"{VENV}/.site-installed")
+MAKE = ("make", f"VENV={VENV}", "-o", f"{VENV}/.installed", "-o", f"{VENV}/.site-installed",
+        "-o", f"{VENV}/.browser-installed")  # fmt: skip
 
 
 def make(course, *arguments, timeout=600):

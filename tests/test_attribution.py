@@ -143,7 +143,7 @@ def test_message_uses_only_valid_cell_indices_and_caps_its_length():
 def narrow_page():
     """A page of headless Chromium 480 CSS pixels wide (a phone, a narrow side panel)."""
     if importlib.util.find_spec("playwright") is None:
-        pytest.skip("Playwright is not installed: pip install -e '.[site]'")
+        pytest.skip("Playwright is not installed: pip install -e '.[browser]' (make test does)")
     executable = next(
         (c for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(c).exists()),
         shutil.which("chromium"),

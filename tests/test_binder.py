@@ -210,6 +210,11 @@ def open_start_page(binder, browser, start: str, lab: str) -> dict:
             if lab in new.values():
                 break
             page.wait_for_timeout(200)
+        # Its kernel has started and told JupyterLab what it is (JupyterLab then writes the
+        # kernel's kernelspec and language_info into the notebook; a difference marks it
+        # modified): the notebook's toolbar shows the kernel idle.
+        page.locator(".jp-NotebookPanel-toolbar [data-status='idle']").first.wait_for()
+        page.wait_for_timeout(500)
         tabs = page.locator(".lm-DockPanel .lm-TabBar-tab").evaluate_all(
             "els => els.map(e => [e.innerText, e.className])"
         )
@@ -248,6 +253,8 @@ def test_the_start_page_opens_rendered_without_a_kernel_and_leads_to_the_labs(
     (page_tab,) = [c for t, c in seen["tabs"] if t.strip() == Path(start).name]
     (lab_tab,) = [c for t, c in seen["tabs"] if t.strip() == "03_layernorm.ipynb"]
     assert "lm-mod-dirty" not in page_tab and "lm-mod-current" in lab_tab, seen["tabs"]
+    # ... and the fresh lab, its kernel started, shows no unsaved change either
+    assert "jp-mod-dirty" not in lab_tab and "lm-mod-dirty" not in lab_tab, seen["tabs"]
     assert seen["file unchanged"], seen
     labs = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
     local = {h.split("?")[0] for h in seen["hrefs"] if h.startswith(binder["url"])}

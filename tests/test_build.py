@@ -104,3 +104,43 @@ def test_one_lab_can_be_built_alone(tmp_path):
     assert sorted(p.name for p in (tmp_path / "labs").iterdir()) == ["03_layernorm.ipynb"]
     assert build_all(tmp_path, check=True, stems=["03_layernorm"]) == 0
     assert build_all(tmp_path, stems=["99_missing"]) == 2
+
+
+def test_a_fresh_copy_of_a_lab_already_says_what_its_kernel_will(tmp_path):
+    """JupyterLab, on starting a notebook's kernel, writes the kernel's ``kernelspec`` and
+    ``language_info`` into the notebook (``NotebookPanel._updateSpec`` / ``_updateLanguage``)
+    and marks it modified unless they are equal (``JSONExt.deepEqual``). A copy that
+    ``normlab work`` just made holds what a real kernel of this environment reports, so the
+    learner's lab opens unmodified (labs once said "Python 3" and ``{"name": "python"}``)."""
+    import json
+    import shutil
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import start_new_kernel
+
+    from normlab.build import copy_missing_labs
+
+    course = tmp_path / "course"
+    (course / "labs").mkdir(parents=True)
+    shutil.copy2(ROOT / "labs" / "03_layernorm.ipynb", course / "labs")
+    assert copy_missing_labs(course, "work", quiet=True) == 0
+    metadata = json.loads((course / "work" / "03_layernorm.ipynb").read_text())["metadata"]
+
+    name = metadata["kernelspec"]["name"]
+    spec = KernelSpecManager().get_kernel_spec(name)
+    manager, client = start_new_kernel(kernel_name=name)
+    try:
+        reply = client.kernel_info(reply=True, timeout=60)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    # what JupyterLab writes: kernelspec {name, display_name, language}, and language_info as
+    # the kernel_info reply gives it
+    assert metadata["kernelspec"] == {
+        "name": name, "display_name": spec.display_name, "language": spec.language,
+    }  # fmt: skip
+    assert metadata["language_info"] == reply["content"]["language_info"]
+    # the lab's answers and cells are the lab's: only the metadata is the copy's own
+    copy = nbformat.read(course / "work" / "03_layernorm.ipynb", as_version=4)
+    lab = nbformat.read(ROOT / "labs" / "03_layernorm.ipynb", as_version=4)
+    assert copy.cells == lab.cells

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 import tomllib
@@ -101,7 +102,8 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     conda_side = {}
     for entry in environment["dependencies"]:
         if isinstance(entry, dict):
-            assert entry.get("pip") == ["-e ."], "the pip section only installs the course package"
+            # The course package and lab 11's Triton (Binder's kernel is this environment).
+            assert entry.get("pip") == ["-e .[kernels]"], "the pip section: the course only"
             continue
         name, spec = _name_and_spec(entry)
         if name == "python":
@@ -116,6 +118,11 @@ def test_environment_yml_names_the_kernels_extra_as_pyproject_does():
     (kernels,) = project["optional-dependencies"]["kernels"]
     assert kernels.startswith("triton>=")
     assert kernels in (ROOT / "environment.yml").read_text()
+    # ... and installs it: Binder's kernel runs in this environment, not in .venv
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    (pip,) = [entry["pip"] for entry in environment["dependencies"] if isinstance(entry, dict)]
+    extras = re.findall(r"^-e \"?\.\[([a-z,]+)\]\"?$", pip[0])
+    assert extras and "kernels" in extras[0].split(","), pip
 
 
 def test_torch_is_a_range_and_conda_gets_the_cpu_build():
@@ -443,3 +450,39 @@ def test_a_stale_quote_is_told_which_number_moved():
     found = quoted_mismatches(stale, sentence, stored_output(notebook, cell_id), printed)
     assert [f.split(":")[0] for f in found] == ["pre1", "pre10", "peri10"], found
     assert "the chapter says 47.7, the output prints" in found[1], found
+
+
+def test_make_site_installs_the_builder_and_not_the_browser_driver(tmp_path):
+    """`make site` is a learner's command: it installs the `site` extra (the builder) only;
+    Playwright, the browser tests' driver, is the `browser` extra, which `make test` installs."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = extras["optional-dependencies"]
+    assert not [r for r in extras["site"] if r.lower().startswith("playwright")], extras["site"]
+    assert [r for r in extras["browser"] if r.lower().startswith("playwright")]
+
+    def dry_run(target: str) -> str:
+        # A venv that does not exist: make -n lists every install step without running one.
+        done = subprocess.run(["make", "-n", f"VENV={tmp_path / 'venv'}", target], cwd=ROOT,
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return done.stdout
+
+    site = dry_run("site")
+    assert "'.[site]'" in site and "site/build.py" in site
+    assert "browser" not in site and "playwright" not in site.lower()
+    assert "'.[browser]'" in dry_run("test")
+
+
+def test_no_stored_output_shows_a_warning():
+    """A warning in a demo's or a lab's output reads to a learner as something they did wrong
+    (demo 10's autocast cell showed PyTorch's "Mismatch dtype between input and weight")."""
+    shown = []
+    for folder in ("notebooks", "labs", "solutions", "es/labs"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+                for output in cell.get("outputs", []):
+                    text = "".join(output.get("text", ""))
+                    if output.get("name") == "stderr" and "Warning" in text:
+                        shown.append(
+                            f"{path.relative_to(ROOT)} cell {cell.get('id')}: {text[:160]}"
+                        )
+    assert shown == [], "\n".join(shown)

@@ -3,7 +3,8 @@ shows every page (of the Spanish ones, one of each kind) with its math typeset a
 
 The build (``site/build.py``, what ``make site`` runs) needs the ``site`` extra
 (``pip install -e '.[site]'``; ``make test`` installs it). The browser part drives the system's
-headless Chromium through Playwright and skips, saying why, where either is missing.
+headless Chromium through Playwright (the ``browser`` extra: ``make test`` installs it, ``make
+site`` does not) and skips, saying why, where either is missing.
 Screenshots of a chapter and a demo are kept in ``_artifacts/screens/``.
 """
 
@@ -418,6 +419,92 @@ def test_the_site_reads_from_files_without_a_server(site, browser):
     assert errors == []
     assert result["math"] and result["typeset"] >= result["math"] and not result["errors"]
     assert result["broken_images"] == []
+
+
+WIDE_MATH = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  await document.fonts.ready;
+  const column = document.querySelector('article').getBoundingClientRect();
+  const cut = [];
+  document.querySelectorAll('mjx-container[display="true"]').forEach((formula, index) => {
+    const box = formula.getBoundingClientRect();
+    const drawn = formula.scrollWidth;  // the typeset formula's width, scrolled or not
+    const scrolls = ['auto', 'scroll'].includes(getComputedStyle(formula).overflowX);
+    if (box.right > column.right + 1 || (drawn > formula.clientWidth + 1 && !scrolls)) {
+      cut.push(`display formula ${index + 1}: ${drawn} px wide in a ${Math.round(column.width)}`
+        + ` px column, overflow-x ${getComputedStyle(formula).overflowX}`);
+    }
+  });
+  return cut;
+}"""
+
+
+def test_wide_display_math_fits_or_scrolls_within_the_column(site, served, browser):
+    """Every chapter, in both languages, on a laptop and on a phone: a display formula wider
+    than the text column scrolls inside it, so none of it is cut off (chapter 09's QK-norm
+    equation is some 790 px wide in a 736 px column)."""
+    chapters = sorted((site / "theory").glob("[0-9][0-9]_*.html"))
+    chapters += sorted((site / "es" / "theory").glob("[0-9][0-9]_*.html"))
+    report = []
+    for width, height, shown in (
+        (1280, 900, chapters),
+        (390, 844, [site / "theory" / "09_modern_norms.html"]),
+    ):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        for path in shown:
+            page.goto(f"{served}/{path.relative_to(site).as_posix()}", wait_until="load")
+            report += [
+                f"{path.relative_to(site)} at {width} px: {cut}" for cut in page.evaluate(WIDE_MATH)
+            ]
+        page.close()
+    assert report == [], "\n".join(report)
+
+
+def test_a_chapter_title_leaves_room_on_a_phone(site, served, browser):
+    """On a 390 x 844 screen chapter 09's long title takes at most a quarter of the screen
+    (at the desktop size it took 350 px of the first 844, under the top bar)."""
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        for address in ("theory/09_modern_norms.html", "es/theory/09_modern_norms.html"):
+            page.goto(f"{served}/{address}", wait_until="load")
+            height = page.evaluate("() => document.querySelector('article h1').offsetHeight")
+            assert height <= 844 / 4, f"{address}: the title is {height} px tall on a phone"
+    finally:
+        page.close()
+
+
+SIDEBAR = """() => ({
+  captions: Array.from(document.querySelectorAll('.sidebar-tree .caption'))
+    .map(c => c.textContent.trim()),
+  links: Array.from(document.querySelectorAll('.sidebar-tree a.reference'))
+    .map(a => new URL(a.href).pathname),
+})"""
+
+
+def test_the_spanish_pages_sidebar_is_spanish(site, served, browser):
+    """A Spanish page's navigation lists the Spanish chapters, labs and worked solutions under
+    Spanish captions; an English page's keeps the English navigation."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        for kind in SPANISH_KINDS:
+            page.goto(f"{served}/es/{kind}/03_layernorm.html", wait_until="load")
+            sidebar = page.evaluate(SIDEBAR)
+            assert sorted(sidebar["captions"]) == ["Capítulos", "Laboratorios", "Soluciones"], (
+                sidebar
+            )
+            assert sidebar["links"], sidebar
+            english = [link for link in sidebar["links"] if "/es/" not in link]
+            assert english == [], f"es/{kind}: the sidebar links English pages {english[:5]}"
+            assert any(
+                link.endswith("/es/theory/09_modern_norms.html") for link in sidebar["links"]
+            )
+        page.goto(f"{served}/theory/03_layernorm.html", wait_until="load")
+        sidebar = page.evaluate(SIDEBAR)
+        assert sidebar["captions"][:2] == ["Chapters", "Demos"], sidebar["captions"]
+    finally:
+        page.close()
 
 
 SEARCH_DONE = """() => {

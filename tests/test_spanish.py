@@ -44,7 +44,7 @@ from spanish_sample import (
 )
 
 from normlab import chapter_files, translation
-from normlab.build import build_all, copy_missing_labs
+from normlab.build import build_all, copy_missing_labs, for_this_kernel
 from normlab.grader.grade import parse_notebook
 from normlab.grader.registry import all_labs, lab_for_path
 
@@ -260,16 +260,18 @@ def test_copying_gives_the_spanish_labs_and_never_overwrites(course):
     mine.write_text("my Spanish work")
     assert copy_missing_labs(course, quiet=True) == 0
     assert mine.read_text() == "my Spanish work"
-    assert (course / "work" / f"{STEM}.ipynb").read_text() == (
-        course / "labs" / f"{STEM}.ipynb"
-    ).read_text()
+    # The English copy is the lab, with the kernel's language_info (its Python version, which
+    # JupyterLab would write on starting the kernel) filled in.
+    assert (course / "work" / f"{STEM}.ipynb").read_text() == for_this_kernel(
+        (course / "labs" / f"{STEM}.ipynb").read_text()
+    )
     mine.unlink()
     assert copy_missing_labs(course, quiet=True) == 0
     # The copy is the Spanish lab, but one folder deeper: its links to the Spanish chapter and
     # worked solutions say so (../../es/...), and nothing else changes.
     original = (course / "es" / "labs" / f"{STEM}.ipynb").read_text()
     assert mine.read_text() != original
-    assert mine.read_text().replace("../../es/", "../") == original
+    assert mine.read_text().replace("../../es/", "../") == for_this_kernel(original)
     assert (course / "work" / "es" / "README.md").is_file()
 
 

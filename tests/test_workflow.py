@@ -85,7 +85,7 @@ def readme_commands() -> set[str]:
 # here fails the test, so that nothing documented goes untried.
 COVERED = {"make lab", "make test", "make grade", "make labs", "make lint", "make help"}
 COVERED |= {"make format", "normlab grade", "normlab labs", "normlab work"}
-COVERED |= {"make test-fast", "make bench", "make site"}
+COVERED |= {"make test-fast", "make bench", "make site", "make kernels"}
 # Instructors' commands that write elsewhere, tested on their own: tests/test_release.py, test_lms.py.
 COVERED |= {"normlab release", "normlab merge", "normlab export"}
 
@@ -177,9 +177,10 @@ def test_filled_labs_survive_every_readme_command(tmp_path):
         done = subprocess.run(command, cwd=course, capture_output=True, text=True)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         assert "work/" not in done.stdout, f"{line} looks at the learner's copies"
-    # make bench and make site write only under benchmarks/results/ and _site/: their recipes
-    # (run for real by tests/test_site.py and benchmarks/bench.py) must not name the copies.
-    for target in ("bench", "site"):
+    # make bench and make site write only under benchmarks/results/ and _site/, make kernels
+    # only installs Triton into .venv: their recipes (run for real by tests/test_site.py,
+    # benchmarks/bench.py and CI's .ci/run) must not name the copies.
+    for target in ("bench", "site", "kernels"):
         recipe = make(course, "-n", target)
         assert not re.search(r"(^|[\s=])work/?(\s|$)", recipe), recipe
     # make lab again: the copies are kept, not replaced by fresh labs. It is stopped once its

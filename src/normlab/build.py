@@ -25,6 +25,7 @@ cleared; the notebook's metadata records its lab (``metadata.normlab.lab``).
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 from pathlib import Path
@@ -113,14 +114,57 @@ def strip_markdown(source: str, where: str) -> str:
     return "\n".join(out)
 
 
+# ipykernel's python3 kernel: its kernel.json, and its language_info less the version, which is
+# the learner's Python (filled in by copy_missing_labs, which runs in the kernel's environment).
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+
+
+def kernel_language_info() -> dict | None:
+    """The language_info this environment's kernel reports (ipykernel's), or None without it."""
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+    except ImportError:
+        return None
+    return json.loads(json.dumps(IPythonKernel.language_info))
+
+
+def for_this_kernel(text: str) -> str:
+    """A lab's text with the metadata this environment's kernel will write into it on start.
+
+    JupyterLab replaces a notebook's ``language_info`` and ``kernelspec`` with the running
+    kernel's when it starts one, and marks the notebook modified when they differ: a fresh copy
+    carries them already (the Python version is only known here), so it opens unmodified.
+    """
+    info = kernel_language_info()
+    if info is None:
+        return text
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception:  # not a notebook that nbformat reads: the copy is the file as it is
+        return text
+    if notebook.metadata.get("language_info") == info:
+        return text
+    notebook.metadata["language_info"] = info
+    return render(notebook)
+
+
 def make_lab(solution: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode:
     """The lab notebook for a solution notebook (pure function; nothing is written)."""
     lab = nbformat.v4.new_notebook()
     lab.metadata = {
-        "kernelspec": solution.metadata.get(
-            "kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"}
-        ),
-        "language_info": {"name": "python"},
+        # As the course's kernel (ipykernel's python3) describes itself: JupyterLab writes the
+        # kernel's own description into a notebook when the kernel starts, and any difference
+        # marks the notebook modified before the learner has typed anything.
+        "kernelspec": dict(KERNELSPEC),
+        "language_info": dict(LANGUAGE_INFO),
         "normlab": {"lab": stem, "generated_from": f"solutions/{stem}.ipynb"},
     }
     for index, cell in enumerate(solution.cells):
@@ -340,7 +384,7 @@ def _copy_edition(labs_dir, work_dir, readme, labs_name, work_name, quiet) -> No
         target = work_dir / lab.name
         if target.exists() or target.is_symlink():
             continue
-        text = relink(lab.read_text(encoding="utf-8"), labs_dir, work_dir)
+        text = for_this_kernel(relink(lab.read_text(encoding="utf-8"), labs_dir, work_dir))
         try:
             # "x" mode: creating the file fails if it exists, so a copy made a moment ago by
             # someone else is not overwritten either.

@@ -377,7 +377,7 @@ def _edition_readme_es(root: Path) -> str:
 
 # Targets of the course Makefile that need what the edition leaves out (solutions, tests, the
 # authors' tools): the edition's Makefile has its own ``test`` and ``site`` instead.
-AUTHOR_TARGETS = ("test", "test-fast", "bench", "labs", "lint", "format", "site")
+AUTHOR_TARGETS = ("test", "test-fast", "bench", "gpu-check", "labs", "lint", "format", "site")
 EDITION_TARGETS = {
     "test": (
         "check that the course works here: the package, a Jupyter kernel and every lab's "
