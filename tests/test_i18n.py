@@ -579,9 +579,10 @@ def test_a_quote_cut_short_says_so_in_spanish():
 @pytest.mark.parametrize("bwrap", [True, False])
 @pytest.mark.parametrize("private, namespaces", [(True, True), (True, False), (False, False)])
 @pytest.mark.parametrize("memory", [(None, None), ("/sys/fs/cgroup", 1), ("/sys/fs/cgroup", 2)])
+@pytest.mark.parametrize("cpu", [None, (1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct"), (2,)])
 @pytest.mark.parametrize("user", ["grading user", "nobody", "root"])
 def test_every_isolation_grade_can_report_is_said_in_spanish(
-    monkeypatch, bwrap, private, namespaces, memory, user
+    monkeypatch, bwrap, private, namespaces, memory, cpu, user
 ):
     from normlab.grader import report
     from normlab.grader.isolation import sandbox
@@ -590,6 +591,7 @@ def test_every_isolation_grade_can_report_is_said_in_spanish(
     monkeypatch.setattr(sandbox.workspace, "available", lambda: private)
     monkeypatch.setattr(sandbox.workspace, "namespaces_available", lambda: namespaces)
     monkeypatch.setattr(sandbox.cgroup, "available", lambda: memory if memory[0] else None)
+    monkeypatch.setattr(sandbox.cgroup, "cpu_available", lambda: cpu)
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000 if user == "grading user" else 0)
     monkeypatch.setattr(
         sandbox, "unprivileged_ids", lambda _: (65534, 65534) if user == "nobody" else None

@@ -379,7 +379,7 @@ def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
         f", one CPU share per submission (cgroup v{cgroup.cpu_available()[0]})"
         if cpu_group
         else ", NO CPU share per submission (no cpu cgroup here: its processes in other "
-        "sessions compete as separate ones, and its time is its process's own count)"
+        "sessions compete as separate ones; its time is its process's own count)"
     )
     kept = private, namespaces, memory_group, cpu_group
     if os.geteuid() != 0:
