@@ -28,6 +28,17 @@ class FileTooLarge(ValueError):
     pass
 
 
+def _open_not_following(path) -> int:
+    """A descriptor of ``path`` opened with ``OPEN_FLAGS`` (its last component not followed:
+    ValueError for a symbolic link)."""
+    try:
+        return os.open(path, OPEN_FLAGS)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError("the file is a symbolic link") from None
+        raise
+
+
 def read_regular_file(path, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (ValueError otherwise).
 
@@ -35,12 +46,7 @@ def read_regular_file(path, limit: int) -> bytes:
     without blocking, and the size is checked before reading (then enforced while reading, in
     case the file grows).
     """
-    try:
-        fd = os.open(path, OPEN_FLAGS)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise ValueError("the file is a symbolic link") from None
-        raise
+    fd = _open_not_following(path)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -66,12 +72,7 @@ def regular_file_lines(path, max_line: int, max_total: int):
     opens one. A line longer than ``max_line`` bytes is skipped without being held (None in its
     place); the lines given stop before ``max_total`` bytes (a skipped line holds none of
     them). ValueError for what is not a regular file."""
-    try:
-        fd = os.open(path, OPEN_FLAGS)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise ValueError("the file is a symbolic link") from None
-        raise
+    fd = _open_not_following(path)
     with os.fdopen(fd, "rb") as stream:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError("not a regular file")
