@@ -13,6 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import classbuilder
 import nbformat
 import pytest
 from classbuilder import COPIES, CORRECT_FORWARD, HOSTILE_ID, build_class
@@ -305,3 +306,145 @@ def test_a_starter_given_that_is_not_there_is_refused(tmp_path):
         + ["--starter", str(tmp_path / "missing.ipynb")]
     )
     assert code == 2 and "missing.ipynb: no such file" in stderr
+
+
+# ----------------------------------------------------------------------------- disguised copies
+
+SIMILAR = {
+    "03_layernorm": classbuilder.lab03_class,
+    "06_pre_post_ln": classbuilder.lab06_class,
+    "09_modern_norms": classbuilder.lab09_class,
+    "11_triton_kernels": classbuilder.lab11_class,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SIMILAR))
+def similar(request, tmp_path_factory):
+    """A lab's class of independent and copied code, and its report (every pair)."""
+    built = SIMILAR[request.param]()
+    out = tmp_path_factory.mktemp(request.param)
+    built.save(out / "class")
+    arguments = ["report", "similarity", out / "class", "--lab", built.stem, "--out", out]
+    report, page, _ = report_of([*map(str, arguments), "--top", "1000"])
+    return built, report, page
+
+
+def student(shown: str) -> str:
+    """The student of a name in the report (a second notebook may be shown as ``who (file)``)."""
+    return shown.split(" (")[0]
+
+
+def best_score(report, a, b) -> float:
+    found = [p["score"] for p in report["pairs"] if {student(p["a"]), student(p["b"])} == {a, b}]
+    return max(found, default=0.0)
+
+
+def test_every_disguised_copy_ranks_above_every_independent_pair(similar):
+    """Each lab's class: students who wrote the lab alone in different styles (plain, a class,
+    autograd.Function, CS231n-style helpers behind adapters two of them write alike,
+    one-liners, match statements, Triton kernels), and copies disguised as the issue measured
+    them: code moved into helpers, parameters renamed, 40 dead statements, definitions under
+    ``if True:``, statements and methods reordered, comments and formatting, a verbatim copy
+    handed in with two drafts, lab 09's students' functions behind the lab's wrappers. Every
+    copy scores above every pair of students whose code has no copy in common."""
+    built, report, _ = similar
+    family = {who: built.copied.get(who, who) for who in built.notebooks}
+    planted = {(copier, original): best_score(report, copier, original)
+               for copier, original in built.copied.items()}  # fmt: skip
+    independent = {
+        (a, b): best_score(report, a, b)
+        for a, b in itertools.combinations(sorted(built.notebooks), 2)
+        if family[a] != family[b]
+    }
+    assert len(independent) >= 8
+    assert min(planted.values()) > max(independent.values()), (planted, independent)
+
+
+def test_a_copy_is_shown_beside_its_original_definition_by_definition(similar):
+    """The JSON names, for each copy, the definitions on both sides that share code, with line
+    ranges inside them; the page shows them side by side with the shared lines marked."""
+    built, report, page = similar
+    for copier, original in built.copied.items():
+        (pair,) = [p for p in report["pairs"] if {p["a"], p["b"]} == {copier, original}]
+        assert pair["regions"], pair
+        for region in pair["regions"]:
+            for side in (region["a"], region["b"]):
+                first, last = side["lines"]
+                assert all(first <= begin <= end <= last for begin, end in side["matched"])
+        assert pair["shared"] >= sum(region["shared"] for region in pair["regions"]) / 2
+    assert page.count("<mark>") >= 2 * len(built.copied)
+
+
+def test_code_moved_into_a_helper_is_paired_with_the_code_it_was(tmp_path):
+    """hal moved ada's forward pass into ``_forward_core``: the report pairs that helper with
+    ada's ``layernorm_forward``, and marks on both sides the line that computes the variance
+    (the same statement in both; the docstring that only ada's holds is not marked)."""
+    built = classbuilder.lab03_class()
+    built.save(tmp_path / "class")
+    arguments = ["report", "similarity", tmp_path / "class", "--lab", built.stem]
+    report, page, _ = report_of([*map(str, arguments), "--out", str(tmp_path / "out")])
+    (pair,) = [p for p in report["pairs"] if {p["a"], p["b"]} == {"ada", "hal"}]
+    names = {
+        frozenset({(pair["a"], region["a"]["name"]), (pair["b"], region["b"]["name"])})
+        for region in pair["regions"]
+    }
+    assert frozenset({("ada", "layernorm_forward"), ("hal", "_forward_core")}) in names
+    assert frozenset({("ada", "layernorm_backward"), ("hal", "_backward_core")}) in names
+    shown = page[page.index(f"<h2>{pair['score']:.2f}: ada &amp; hal</h2>") :]
+    shown = shown[: shown.index("</table>")]
+    assert shown.count("<mark>    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)</mark>") == 2
+    assert "<mark>    &quot;&quot;&quot;LayerNorm over the last axis of x." not in shown
+
+
+def definition_fingerprints(*sources: str) -> set:
+    return set(similarity.code_of(list(sources)).where)
+
+
+ORIGINAL = """
+def forward(x, gamma, beta, eps=1e-5):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    x_hat = (x - mu) / np.sqrt(var + eps)
+    return gamma * x_hat + beta
+"""
+
+
+def test_renaming_wrapping_dead_code_and_order_leave_the_fingerprints_as_they_were():
+    renamed = classbuilder.rename(
+        {"forward": "f", "x": "inp", "gamma": "g", "beta": "b", "eps": "e", "mu": "m"}
+    )(ORIGINAL)
+    wrapped = classbuilder.under_if_true(ORIGINAL)
+    dead = classbuilder.with_dead_statements(40)(ORIGINAL)
+    assert len(dead.splitlines()) == len(ORIGINAL.splitlines()) + 40
+    reordered = ORIGINAL.replace(
+        "    mu = x.mean(axis=-1, keepdims=True)\n", "    unused = 1\n"
+    ).replace("def forward(x, gamma, beta, eps=1e-5):\n", "def forward(x, gamma, beta, eps=1e-5):\n    mu = x.mean(axis=-1, keepdims=True)\n")  # fmt: skip
+    reformatted = classbuilder.formatted(ORIGINAL)
+    expected = definition_fingerprints(ORIGINAL)
+    for disguised in (renamed, wrapped, dead, reordered, reformatted):
+        assert definition_fingerprints(disguised) == expected, disguised
+    assert definition_fingerprints("import numpy as xp\n", ORIGINAL.replace("np.", "xp.")) == (
+        definition_fingerprints("import numpy as np\n", ORIGINAL)
+    )
+    # what changes the computation changes the fingerprints
+    assert definition_fingerprints(ORIGINAL.replace("axis=-1", "axis=0")) != expected
+    assert definition_fingerprints(ORIGINAL.replace(".mean(", ".sum(")) != expected
+
+
+def test_a_students_drafts_never_make_their_code_common():
+    """Four students in all: zed hands in three drafts of ann's code. Counted per notebook,
+    the code would be in four of them (more than the 3 that ``common`` allows at least) and
+    ignored; counted per student, it is in two, and the pair is found."""
+    code = similarity.code_of([ORIGINAL])
+    other = similarity.code_of(
+        ["def g(a, b):\n    total = (a @ b.T).sum(axis=0)\n    return total"]
+    )
+    class_code = {
+        "ann": [("ann.ipynb", code)],
+        "zed": [(f"zed{i}.ipynb", code) for i in range(3)],
+        "bob": [("bob.ipynb", other)],
+        "cid": [("cid.ipynb", other)],
+    }
+    pairs = similarity.compare(class_code, set())
+    assert (pairs[0]["a"], pairs[0]["b"], pairs[0]["score"] > 0.6) == ("ann", "zed", True)
+    assert pairs[0]["a_share"] == pairs[0]["b_share"] == 1.0
