@@ -448,3 +448,27 @@ def test_a_students_drafts_never_make_their_code_common():
     pairs = similarity.compare(class_code, set())
     assert (pairs[0]["a"], pairs[0]["b"], pairs[0]["score"] > 0.6) == ("ann", "zed", True)
     assert pairs[0]["a_share"] == pairs[0]["b_share"] == 1.0
+
+
+def test_code_the_whole_class_holds_costs_no_pair():
+    """Every student hands in one function: its fingerprints are common and never paired, so
+    four times the class costs about four times the lines of Python, not sixteen (counted, not
+    timed; pairing every holder of a fingerprint would cost the square)."""
+    code = similarity.code_of([ORIGINAL])
+
+    def report(students: int) -> None:
+        class_code = {f"s{i:04d}": [(f"{i}.ipynb", code)] for i in range(students)}
+        assert similarity.compare(class_code, set()) == []
+
+    small, large = traced_lines(report, 100), traced_lines(report, 400)
+    assert large < 5 * small, (small, large)
+
+
+def test_a_decorated_definition_is_shown_from_its_decorator():
+    source = "@triton.jit\ndef kernel(X, N):\n    return tl.program_id(0) * N + tl.arange(0, 8)\n"
+    code = similarity.code_of([source])
+    assert code.units == [(0, 1, 3, "kernel")]
+    class_code = {"one": [("one.ipynb", code)], "two": [("two.ipynb", code)]}
+    (pair,) = similarity.compare(class_code, set())
+    (region,) = pair["regions"]
+    assert region["a"]["matched"] == [[1, 3]]

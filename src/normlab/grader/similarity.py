@@ -320,9 +320,12 @@ def code_of(sources: list[str], every: bool = False) -> Code:
             except RecursionError:  # a tree too deep to walk: nothing to compare
                 continue
             unit = len(code.units)
+            first = min(
+                [node.lineno for node in getattr(definition, "decorator_list", [])]
+                + [definition.lineno]
+            )
             code.units.append(
-                (cell, definition.lineno, definition.end_lineno or definition.lineno,
-                 _name_of(definition))
+                (cell, first, definition.end_lineno or definition.lineno, _name_of(definition))
             )  # fmt: skip
             for statement in statements:
                 _fingerprint(statement, unit, code, every)
