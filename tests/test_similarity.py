@@ -472,3 +472,12 @@ def test_a_decorated_definition_is_shown_from_its_decorator():
     (pair,) = similarity.compare(class_code, set())
     (region,) = pair["regions"]
     assert region["a"]["matched"] == [[1, 3]]
+
+
+def test_a_table_of_lambdas_is_compared_like_a_function():
+    source = (
+        'RULES = {\n    "pre": lambda x, f: x + f(x * 2),\n    "post": lambda x, f: f(x) - x,\n}\n'
+    )
+    code = similarity.code_of(["x = 1\n", source])
+    assert code.units == [(1, 1, 4, "RULES")]
+    assert code.where

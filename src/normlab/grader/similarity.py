@@ -1,12 +1,12 @@
 """The similarity report: which students' code shares unusually much, and where.
 
 Everything a student wrote is compared, not only the functions the checks call: every function,
-class and assigned ``lambda`` that a code cell defines, at any depth (a definition under
-``if True:`` or ``try:`` is found), with the helpers they call, since those are in it too. The
-notebooks are parsed as ``normlab grade`` parses them (``trap.parse_cells``, within the token
-bounds ``Limits.max_cell_tokens`` and ``Limits.max_code_tokens``; no code runs). A notebook
-that cannot be read, or a cell past those bounds, is listed as not analysed, and the rest of
-the class is reported.
+class and assignment of a ``lambda`` (or of a table of them) that a code cell defines, at any
+depth (a definition under ``if True:`` or ``try:`` is found), with the helpers they call, since
+those are in it too. The notebooks are parsed as ``normlab grade`` parses them
+(``trap.parse_cells``, within the token bounds ``Limits.max_cell_tokens`` and
+``Limits.max_code_tokens``; no code runs). A notebook that cannot be read, or a cell past those
+bounds, is listed as not analysed, and the rest of the class is reported.
 
 Each definition is normalised by its syntax tree into tokens: a name the notebook itself
 binds (a local, a parameter, a helper, a class, an attribute it assigns) becomes ``V``, a
@@ -250,14 +250,16 @@ class _Tokens:
 
 
 def definitions(tree: ast.Module) -> list[ast.stmt]:
-    """The functions, classes and assigned lambdas a cell defines at its top level, found
-    through any compound statement that wraps them (``if True:``, ``try:``, ``with``)."""
+    """The functions, classes and assignments of lambdas (``f = lambda ...``, a table of them)
+    a cell defines at its top level, found through any compound statement that wraps them
+    (``if True:``, ``try:``, ``with``)."""
     found = []
     pending = list(reversed(tree.body))
     while pending:
         statement = pending.pop()
         if isinstance(statement, _DEFINITIONS) or (
-            isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Lambda)
+            isinstance(statement, ast.Assign)
+            and any(isinstance(node, ast.Lambda) for node in ast.walk(statement.value))
         ):
             found.append(statement)
         elif type(statement) in _HEADERS:
