@@ -481,3 +481,17 @@ def test_a_table_of_lambdas_is_compared_like_a_function():
     code = similarity.code_of(["x = 1\n", source])
     assert code.units == [(1, 1, 4, "RULES")]
     assert code.where
+
+
+def test_a_chain_of_unused_assignments_dies_whole_and_a_class_attribute_lives():
+    chain = ORIGINAL.replace(
+        "    return gamma",
+        "    first = x * 3 + mu\n    second = np.sqrt(first) - var\n    third = second.sum()\n"
+        "    print(third)\n    return gamma",
+    )
+    assert definition_fingerprints(chain) == definition_fingerprints(ORIGINAL)
+    read = (
+        "class Norm:\n    scale = 2.5 * 4\n\n    def f(self, x):\n        return x * self.scale\n"
+    )
+    unread = read.replace("self.scale", "self.other")
+    assert len(definition_fingerprints(read)) > len(definition_fingerprints(unread))

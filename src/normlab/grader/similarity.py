@@ -14,8 +14,8 @@ module alias becomes its module (``np`` and ``xp`` for ``numpy`` are one), the n
 library functions and attributes stay (``.mean``, ``axis=`` carry the method); literals become
 their kind; comments, docstrings and layout are gone. Dead statements are dropped: ``pass``,
 an expression without a call (a bare name, a string), ``print(...)``, an assignment to names
-the notebook never reads, and the branch an ``if`` on a constant never takes (the other is
-flattened into its block).
+no live statement reads (``_dead_statements``), and the branch an ``if`` on a constant never
+takes (the other is flattened into its block).
 
 Fingerprints are chosen by winnowing (Schleimer, Wilkerson and Aiken, "Winnowing: local
 algorithms for document fingerprinting", SIGMOD 2003, sections 2.1 and 3; the algorithm MOSS
@@ -106,6 +106,83 @@ def winnow(hashes: list[int], window: int | None = None) -> list[int]:
     return selected
 
 
+def _assigned(statement: ast.AST) -> list[str] | None:
+    """The names an assignment binds, or None when it is not one that binds only names."""
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+        targets = [statement.target]
+    else:
+        return None
+    names = []
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, (ast.Attribute, ast.Subscript)):
+                return None
+            if isinstance(node, ast.Name):
+                names.append(node.id)
+    return names or None
+
+
+def _idle(statement: ast.AST) -> bool:
+    """An expression statement that does nothing: no call (a bare name, a string), or a
+    ``print``."""
+    if not isinstance(statement, ast.Expr):
+        return False
+    value = statement.value
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "print"
+    ):
+        return True
+    return not any(isinstance(node, _EFFECTS) for node in ast.walk(value))
+
+
+def _dead_statements(trees: list[ast.Module]) -> set[int]:
+    """The ``id`` of each statement of the notebook that changes nothing another live statement
+    reads: an idle expression, or an assignment to names read nowhere else but in dead
+    statements (found again as the statements that read a name die, so a chain of unused
+    assignments dies whole). A name is read by a ``Name`` or an attribute of that name (a class
+    body's ``eps = 1e-5`` read as ``self.eps``). Each statement dies once, each read is
+    counted down once: linear in the code."""
+    reads: Counter = Counter()
+    assigners: dict[str, list[ast.AST]] = defaultdict(list)
+    pending: list[ast.AST] = []
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                reads[node.id] += 1
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                reads[node.attr] += 1
+            elif _idle(node):
+                pending.append(node)
+            else:
+                for name in _assigned(node) or ():
+                    assigners[name].append(node)
+    pending += [node for nodes in assigners.values() for node in nodes]
+    dead: set[int] = set()
+    while pending:
+        node = pending.pop()
+        if id(node) in dead:
+            continue
+        names = _assigned(node)
+        if names is not None and any(reads[name] for name in names):
+            continue  # still read (it may die later, when its readers do)
+        dead.add(id(node))
+        for inner in ast.walk(node):
+            name = None
+            if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load):
+                name = inner.id
+            elif isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Load):
+                name = inner.attr
+            if name is not None:
+                reads[name] -= 1
+                if reads[name] == 0:
+                    pending += assigners.get(name, ())
+    return dead
+
+
 class _Names:
     """What the notebook binds, what it reads, and its module aliases: the normalisation's
     vocabulary, gathered once over all its cells (``ast.walk`` does not recurse)."""
@@ -114,12 +191,12 @@ class _Names:
         self.bound: set[str] = set()  # names of locals, parameters, functions, classes, globals
         self.attributes: set[str] = set()  # attributes assigned, methods and functions defined
         self.parameters: set[str] = set()  # names a keyword argument can have
-        self.read: set[str] = set()
         self.modules: dict[str, str] = {}
         for tree in trees:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Name):
-                    (self.read if isinstance(node.ctx, ast.Load) else self.bound).add(node.id)
+                    if not isinstance(node.ctx, ast.Load):
+                        self.bound.add(node.id)
                 elif isinstance(node, ast.arg):
                     self.bound.add(node.arg)
                     self.parameters.add(node.arg)
@@ -142,6 +219,8 @@ class _Names:
                 elif isinstance(node, ast.ImportFrom):
                     for alias in node.names:
                         self.modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+        self.dead = _dead_statements(trees)
 
     def name(self, identifier: str) -> str:
         if identifier in self.modules:
@@ -190,29 +269,7 @@ class _Tokens:
                 self.walk(child, out, line)
 
     def dead(self, statement: ast.stmt) -> bool:
-        """A statement that changes nothing another statement reads (decided cheaply)."""
-        if isinstance(statement, ast.Pass):
-            return True
-        if isinstance(statement, ast.Expr):
-            value = statement.value
-            if (
-                isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Name)
-                and value.func.id == "print"
-            ):
-                return True
-            return not any(isinstance(node, _EFFECTS) for node in ast.walk(value))
-        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            names = []
-            for target in targets:
-                for node in ast.walk(target):
-                    if isinstance(node, (ast.Attribute, ast.Subscript)):
-                        return False
-                    if isinstance(node, ast.Name):
-                        names.append(node.id)
-            return bool(names) and not any(name in self.names.read for name in names)
-        return False
+        return isinstance(statement, ast.Pass) or id(statement) in self.names.dead
 
     def statements(self, body: list[ast.stmt], out: list) -> None:
         """Each live statement of ``body`` (and of its blocks) as one token list in ``out``."""
