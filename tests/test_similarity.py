@@ -495,3 +495,35 @@ def test_a_chain_of_unused_assignments_dies_whole_and_a_class_attribute_lives():
     )
     unread = read.replace("self.scale", "self.other")
     assert len(definition_fingerprints(read)) > len(definition_fingerprints(unread))
+
+
+def test_a_cell_with_ipython_syntax_is_compared():
+    """``%%time`` on a cell and ``!echo`` inside a function (IPython's syntax, not Python's)
+    hide nothing: the cell is read with those lines as ``pass``, its lines numbered as
+    written."""
+    magic = "%%time\n" + ORIGINAL.replace("    return", "    !echo done\n    return")
+    assert (
+        similarity.code_of([magic.replace("\n", "\r")]).where == similarity.code_of([magic]).where
+    )
+    code = similarity.code_of([magic])
+    assert set(code.where) == definition_fingerprints(ORIGINAL)
+    assert [(cell, first, last) for cell, first, last, _ in code.units] == [(0, 3, 8)]
+    assert similarity.code_of(["%%bash\nls -l $HOME\n"]).units == []
+
+
+def test_a_cell_that_is_not_python_is_listed(tmp_path):
+    """carol's notebook gains a cell that is not Python (nor IPython): she is listed, and the
+    rest of her notebook is compared."""
+
+    def change(notebook):
+        notebook.cells.append(nbformat.v4.new_code_cell("def broken(:\n    return 1\n"))
+        return notebook
+
+    report, _, _ = report_of(hostile_class(tmp_path, change))
+    (listed,) = report["not_analysed"]
+    cells = [c for c in nbformat.read(SOLUTION_04, as_version=4).cells if c.cell_type == "code"]
+    assert listed["student"] == "carol"
+    assert listed["reason"].startswith(f"code cell {len(cells) + 1}: not Python (a syntax error")
+    assert {frozenset((p["a"], p["b"])) for p in report["pairs"]} == {
+        frozenset(pair) for pair in itertools.combinations(("alice", "bob", "carol"), 2)
+    }

@@ -350,20 +350,39 @@ class Code:
     units: list[tuple[int, int, int, str]]
     where: dict[int, list[tuple[int, int, int]]]
     every: set[int]
+    #: the code cells that are not Python (a syntax error), by index: not compared
+    not_python: list[int] = dataclasses.field(default_factory=list)
 
     def lines(self, cell: int) -> list[str]:
         return _LINE_BREAKS.split(self.sources[cell])
+
+
+# A line of IPython's own syntax (``%%time``, ``%timeit f(x)``, ``!pip install ...``): read as
+# ``pass`` (kept in place, so line numbers hold) in a cell that is not Python otherwise.
+_MAGIC = re.compile(r"(?:^|(?<=\r))([ \t]*)[%!][^\r\n]*", re.MULTILINE)
 
 
 def code_of(sources: list[str], every: bool = False) -> Code:
     """A notebook's code cells, fingerprinted (``every``: also keep every k-gram's hash).
 
     The cells are parsed as the grader parses them (``trap.parse_cells``, within this thread's
-    token bounds, ``trap.parse_bounds``); a cell past them (``unanalysed``) is not read."""
+    token bounds, ``trap.parse_bounds``); a cell past them (``unanalysed``) is not read, and a
+    cell that is Python once its lines of IPython syntax (``_MAGIC``) are read as ``pass`` is
+    read so."""
     trees = trap.parse_cells(tuple(sources))
+    if any(tree is None for tree in trees):  # a syntax error: IPython's syntax, perhaps
+        trees = trap.parse_cells(
+            tuple(
+                _MAGIC.sub(r"\1pass", source)
+                if tree is None and isinstance(source, str)
+                else source
+                for source, tree in zip(sources, trees, strict=True)
+            )
+        )
     parsed = [tree for tree in trees if isinstance(tree, ast.Module)]
     tokens = _Tokens(_Names(parsed))
     code = Code(list(sources), [], {}, set())
+    code.not_python = [cell for cell, tree in enumerate(trees) if tree is None]
     for cell, tree in enumerate(trees):
         if not isinstance(tree, ast.Module):
             continue  # a syntax error, or past the bounds
@@ -422,6 +441,18 @@ def unanalysed(sources: list[str]) -> str:
         f"code cell{'s' if len(cells) > 1 else ''} {numbers}: {trap.UNANALYSABLE} (past the "
         "grader's bounds max_cell_tokens or max_code_tokens, or nested too deeply); the code "
         "in them is not compared"
+    )
+
+
+def not_python(cells: list[int]) -> str:
+    """Why the code of cells that are not Python is not compared ("" when there are none)."""
+    if not cells:
+        return ""
+    numbers = ", ".join(str(index + 1) for index in cells)
+    return (
+        f"code cell{'s' if len(cells) > 1 else ''} {numbers}: not Python (a syntax error, even "
+        "with its lines of IPython syntax such as %%time or !pip set aside); the code in "
+        f"{'them' if len(cells) > 1 else 'it'} is not compared"
     )
 
 
@@ -633,7 +664,10 @@ def _notebook(path: Path, limits, every: bool = False) -> tuple[Code | None, str
     try:
         with trap.parse_bounds(limits):
             sources, _ = read_code_cells(path, limits)
-            return code_of(sources, every), unanalysed(sources)
+            code = code_of(sources, every)
+            return code, "; ".join(
+                reason for reason in (unanalysed(sources), not_python(code.not_python)) if reason
+            )
     except (OSError, ValueError) as error:
         return None, f"not read: {error}"
     except Exception as error:  # noqa: BLE001 -- one notebook never stops the class's report
@@ -651,8 +685,8 @@ def not_analysed_html(listed: list[dict]) -> str:
     )
     return (
         f"<h2>Not analysed ({len(listed)})</h2><p>The code of these notebooks is not, or not "
-        "all, compared: a notebook that is not one, or code past the bounds within which the "
-        "grader parses a notebook. What was read is compared; the rest deserves a look by "
+        "all, compared: a notebook that is not one, code past the bounds within which the "
+        "grader parses a notebook, or a cell that is not Python. What was read is compared; the rest deserves a look by "
         "hand.</p><table><tr><th>student</th><th>why</th></tr>" + rows + "</table>"
     )
 
