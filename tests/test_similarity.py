@@ -373,6 +373,10 @@ def test_a_copy_is_shown_beside_its_original_definition_by_definition(similar):
                 assert all(first <= begin <= end <= last for begin, end in side["matched"])
         assert pair["shared"] >= sum(region["shared"] for region in pair["regions"]) / 2
     assert page.count("<mark>") >= 2 * len(built.copied)
+    parser = Tags()
+    parser.feed(page)
+    allowed = set("html head meta title style body h1 h2 p b code table tr th td pre mark".split())
+    assert {tag for tag, _ in parser.tags} <= allowed
 
 
 def test_code_moved_into_a_helper_is_paired_with_the_code_it_was(tmp_path):
