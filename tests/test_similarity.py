@@ -531,3 +531,16 @@ def test_a_cell_that_is_not_python_is_listed(tmp_path):
     assert {frozenset((p["a"], p["b"])) for p in report["pairs"]} == {
         frozenset(pair) for pair in itertools.combinations(("alice", "bob", "carol"), 2)
     }
+
+
+@pytest.mark.parametrize("stem", sorted(path.stem for path in (ROOT / "labs").glob("*.ipynb")))
+def test_in_every_lab_two_copies_of_the_worked_solution_are_a_pair(stem, tmp_path):
+    """alice and bob hand in the worked solution, carol the lab as given: whatever the lab's
+    students write (functions behind the lab's wrappers, classes, kernels), alice and bob are
+    the one pair, near 1, and carol shares nothing."""
+    for who, source in (("alice", "solutions"), ("bob", "solutions"), ("carol", "labs")):
+        (tmp_path / who).mkdir()
+        shutil.copy(ROOT / source / f"{stem}.ipynb", tmp_path / who)
+    arguments = ["report", "similarity", str(tmp_path), "--lab", stem, "--out", str(tmp_path)]
+    report, _, _ = report_of(arguments)
+    assert [(p["a"], p["b"], p["score"] > 0.8) for p in report["pairs"]] == [("alice", "bob", True)]
