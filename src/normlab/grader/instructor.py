@@ -48,7 +48,8 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
         "--common",
         type=float,
         default=0.25,
-        help="ignore code more than this share of the class wrote (default 0.25)",
+        help="ignore code that more than this share of the students wrote (a student counted "
+        "once, however many notebooks; default 0.25)",
     )
     similar.add_argument("--top", type=int, default=20, help="pairs shown side by side")
     similar.add_argument(
