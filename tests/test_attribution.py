@@ -24,7 +24,7 @@ from normlab.grader.grade import find_submissions, grade_all
 from normlab.grader.isolation.sandbox import bwrap_available
 from normlab.grader.isolation.wire import CellError
 from normlab.grader.registry import get_lab
-from normlab.grader.report import (
+from normlab.instructor.report import (
     SubmissionResult,
     feedback_html,
     feedback_markdown,

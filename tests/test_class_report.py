@@ -16,7 +16,7 @@ import pytest
 from classbuilder import HOSTILE_ERROR, HOSTILE_ID, build_class
 from conftest import check_dict, run_cli
 
-from normlab.grader import report
+from normlab.instructor import report
 
 pytestmark = pytest.mark.isolation
 

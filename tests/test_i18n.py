@@ -25,8 +25,9 @@ from conftest import ROOT, golden, grade_json
 from message_corpus import MODULES, declared_texts, emitted_messages
 
 import normlab
-from normlab.grader import i18n, notebook, report
+from normlab.grader import i18n, notebook
 from normlab.grader.i18n import Catalog, CatalogError, read_po, translation
+from normlab.instructor import report
 
 STEMS = sorted(MODULES)
 ENTRIES = read_po(i18n.catalog_path("es"))
@@ -371,7 +372,7 @@ def _result(**changes) -> report.SubmissionResult:
 
 
 def test_every_report_surface_has_its_framework_text_in_spanish(default_language):
-    from normlab.grader import gradescope
+    from normlab.instructor import gradescope
 
     i18n.untranslated.clear()
     results = [
@@ -411,7 +412,7 @@ def test_reports_by_default_are_todays_english(default_language):
     golden("table-en.txt", report.to_table([result, result]) + "\n")
     graded = json.loads(report.to_json([result]))
     assert graded["submissions"][0]["lang"] == "en"
-    from normlab.grader import gradescope
+    from normlab.instructor import gradescope
 
     out = gradescope.results(graded, "03_layernorm", ["a.ipynb", "b.ipynb"])
     nothing = gradescope.results(None, "03_layernorm", [])
@@ -584,8 +585,8 @@ def test_a_quote_cut_short_says_so_in_spanish():
 def test_every_isolation_grade_can_report_is_said_in_spanish(
     monkeypatch, bwrap, private, namespaces, memory, cpu, user
 ):
-    from normlab.grader import report
     from normlab.grader.isolation import sandbox
+    from normlab.instructor import report
 
     monkeypatch.setattr(sandbox, "bwrap_available", lambda: bwrap)
     monkeypatch.setattr(sandbox.workspace, "available", lambda: private)
@@ -604,7 +605,7 @@ def test_every_isolation_grade_can_report_is_said_in_spanish(
 
 
 def test_the_count_line_is_in_the_language_of_the_notebooks():
-    from normlab.grader import report
+    from normlab.instructor import report
 
     def result(path, lang):
         return report.SubmissionResult(path, "03_layernorm", 0, 0, None, [], lang=lang)

@@ -15,11 +15,12 @@ import threading
 import types
 import warnings
 
-from normlab.grader import core, i18n, inert, report
+from normlab.grader import core, i18n, inert
 from normlab.grader.isolation import hidden
 from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
 from normlab.grader.trap import forbidden_calls, scan_source
+from normlab.instructor import report
 
 
 def _copy(value):
