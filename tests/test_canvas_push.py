@@ -595,7 +595,7 @@ def test_an_id_a_file_name_chose_addresses_nobody(canvas, named_by_file, monkeyp
 
 
 def chosen_and_skipped(graded, roster=None):
-    from normlab.instructor.report import SubmissionResult
+    from normlab.grader.results import SubmissionResult
 
     results = [SubmissionResult.from_dict(s) for s in graded]
     chosen, skipped = canvas_module.choose(results, "04_rmsnorm", roster)

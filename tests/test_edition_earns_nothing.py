@@ -52,6 +52,7 @@ INFRASTRUCTURE = {
     "instructor/lms.py",
     "instructor/report.py",
     "grader/trap.py",
+    "grader/results.py",
     "grader/attribution.py",
     "grader/i18n.py",
     "grader/isolation",

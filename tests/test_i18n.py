@@ -27,6 +27,7 @@ from message_corpus import MODULES, declared_texts, emitted_messages
 import normlab
 from normlab.grader import i18n, notebook
 from normlab.grader.i18n import Catalog, CatalogError, read_po, translation
+from normlab.grader.results import CheckReport, SubmissionResult
 from normlab.instructor import report
 
 STEMS = sorted(MODULES)
@@ -324,7 +325,7 @@ def test_check_by_default_prints_todays_english_byte_for_byte(default_language):
     answers = {"layernorm_forward": _unbiased_forward, "D1_ANSWER": "c", "D2_ANSWER": "bc"}
     lab, results = notebook.run(**answers)
     assert _printed(**answers) == _english_report(lab.title, results)
-    html = report.CheckReport(lab.title, results)._repr_html_()
+    html = CheckReport(lab.title, results)._repr_html_()
     assert "LayerNorm: 0/9 points</div>" in html and "Por qué" not in html
 
 
@@ -342,7 +343,7 @@ def test_check_keeps_the_learners_exception_and_translates_its_hint(default_lang
     )
 
 
-def _result(**changes) -> report.SubmissionResult:
+def _result(**changes) -> SubmissionResult:
     from normlab.grader.core import CheckResult
 
     checks = [
@@ -368,7 +369,7 @@ def _result(**changes) -> report.SubmissionResult:
         isolation="processes",
         lang="es",
     )
-    return report.SubmissionResult(**{**fields, **changes})
+    return SubmissionResult(**{**fields, **changes})
 
 
 def test_every_report_surface_has_its_framework_text_in_spanish(default_language):
@@ -497,7 +498,7 @@ def test_grade_feedback_in_spanish_from_the_notebooks_language(graded):
         "Tu código se detuvo en " in markdown
         and "Llama a tu función `layernorm_forward`" in markdown
     )
-    english = report.feedback_markdown(report.SubmissionResult.from_dict(submission), "en")
+    english = report.feedback_markdown(SubmissionResult.from_dict(submission), "en")
     assert sorted(i18n.tokens(markdown)) == sorted(i18n.tokens(english))
     outside_code = re.sub(r"```.*?```", "", markdown, flags=re.S)
     assert [w for line in outside_code.splitlines() for w in english_words(line)] == []
@@ -608,7 +609,7 @@ def test_the_count_line_is_in_the_language_of_the_notebooks():
     from normlab.instructor import report
 
     def result(path, lang):
-        return report.SubmissionResult(path, "03_layernorm", 0, 0, None, [], lang=lang)
+        return SubmissionResult(path, "03_layernorm", 0, 0, None, [], lang=lang)
 
     spanish, english = result("a.ipynb", "es"), result("b.ipynb", "en")
     said = report.graded_line([spanish], 1, 0, 1.83)

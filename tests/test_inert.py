@@ -19,8 +19,8 @@ from conftest import ROOT, run_cli_process
 
 from normlab.grader.core import CheckResult
 from normlab.grader.grade import find_submissions
+from normlab.grader.results import SubmissionResult
 from normlab.instructor import lms, report
-from normlab.instructor.report import SubmissionResult
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"

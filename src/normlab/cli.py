@@ -280,7 +280,7 @@ def _merge(args) -> int:
     anything is written: a refused merge leaves no gradebook, feedback or output behind."""
     from normlab.grader import inert
     from normlab.grader.identity import flag_conflicts
-    from normlab.instructor import report
+    from normlab.grader.results import results_from_json
 
     try:
         slots, counts, totals, seen = _read_shards(args.shards)
@@ -296,7 +296,7 @@ def _merge(args) -> int:
         print(f"normlab merge: missing shard(s) {missing} of {count}", file=sys.stderr)
         return 2
     try:
-        results = report.results_from_json([slots[i] for i in range(total)])
+        results = results_from_json([slots[i] for i in range(total)])
     except ValueError as error:
         print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
         return 2
@@ -333,7 +333,8 @@ def _read_results(path: str | None) -> list | None:
 
     from normlab.grader import inert
     from normlab.grader.identity import warn_conflicts
-    from normlab.instructor import lms, report
+    from normlab.grader.results import results_from_json
+    from normlab.instructor import lms
 
     if not path:
         print("normlab export: give the graded results: --results grades.json", file=sys.stderr)
@@ -343,7 +344,7 @@ def _read_results(path: str | None) -> list | None:
         if not isinstance(payload, dict):
             raise ValueError("not the JSON of `normlab grade --json`")
         # every field checked; a student may hand in a lab twice (the best score counts)
-        results = report.results_from_json(payload.get("submissions"), unique=False)
+        results = results_from_json(payload.get("submissions"), unique=False)
     except (OSError, ValueError, RecursionError) as error:
         print(
             f"normlab export: cannot read {inert.text(path, lines=False)}: {inert.text(error)}",

@@ -41,7 +41,7 @@ from normlab.grader.isolation.sandbox import (
     hidden_paths,
 )
 from normlab.grader.registry import all_labs
-from normlab.instructor.report import SubmissionResult, write_atomically
+from normlab.grader.results import SubmissionResult, write_atomically
 
 
 class UsageError(Exception):

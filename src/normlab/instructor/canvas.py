@@ -644,7 +644,7 @@ def run(args) -> int:
     """``normlab report canvas RESULTS.json --url URL --course ID --assignment ID --lab STEM``:
     0 when every student addressed is on Canvas or skipped (and named), 1 when some are left
     for a rerun (named), 2 for a usage error or a refusal before anything was sent."""
-    from normlab.instructor.report import results_from_json
+    from normlab.grader.results import results_from_json
 
     if not _safe_url(args.url):
         print(i18n.text("normlab report canvas: --url must be https://"), file=sys.stderr)

@@ -7,9 +7,10 @@ from :data:`EXPORTS`; ``docs/instructors.md`` carries :func:`markdown_table`, an
 ``tests/test_cli.py`` keeps the two equal. A new export is one writer and one entry here.
 
 A writer takes ``(out, results, options)``: the path given as ``OUT``, the checked results
-(``report.SubmissionResult``; None for an export that reads none) and its options by name. It
-returns the line ``normlab export`` prints when it has written everything, prints its warnings
-on stderr, and raises :class:`ExportError` for a usage error (exit status 2).
+(``normlab.grader.results.SubmissionResult``; None for an export that reads none) and its
+options by name. It returns the line ``normlab export`` prints when it has written everything,
+prints its warnings on stderr, and raises :class:`ExportError` for a usage error (exit status
+2).
 """
 
 from __future__ import annotations
