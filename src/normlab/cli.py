@@ -371,14 +371,13 @@ def _work(args) -> int:
 
 
 def _progress(args) -> int:
+    from normlab.grader.grade import Settings
     from normlab.progress import progress
 
-    options = [
-        flag
-        for flag in ("--no-sandbox", "--allow-root")
-        if getattr(args, flag[2:].replace("-", "_"))
-    ]
-    return progress(Path(args.root), args.folder, options)
+    sandbox = False if args.no_sandbox else None  # as `normlab grade --no-sandbox`, or its default
+    return progress(
+        Path(args.root), args.folder, Settings(sandbox=sandbox, allow_root=args.allow_root)
+    )
 
 
 def _release(args) -> int:
