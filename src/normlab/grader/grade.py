@@ -722,8 +722,8 @@ def grade_paths(
     lab: str | None = None,
     jobs: int = 0,
 ) -> list[SubmissionResult]:
-    """Grade notebooks as ``normlab grade PATH...`` grades them, without a cache: the library's
-    door to door 2 (``normlab progress`` grades through it).
+    """Grade notebooks as ``normlab grade PATH...`` grades them, without a cache, and return the
+    results: door 2 called from Python (``normlab progress`` grades through it).
 
     Args:
         paths: notebooks, or folders searched for notebooks (``find_submissions``).
