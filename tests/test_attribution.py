@@ -24,8 +24,8 @@ from normlab.grader.grade import find_submissions, grade_all
 from normlab.grader.isolation.sandbox import bwrap_available
 from normlab.grader.isolation.wire import CellError
 from normlab.grader.registry import get_lab
-from normlab.grader.report import (
-    SubmissionResult,
+from normlab.grader.results import SubmissionResult
+from normlab.instructor.report import (
     feedback_html,
     feedback_markdown,
     to_csv,

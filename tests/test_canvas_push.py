@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import check_dict, run_cli
 
-from normlab.grader import canvas as canvas_module
+from normlab.instructor import canvas as canvas_module
 
 TOKEN = "secret-token-7f3a"
 COURSE, ASSIGNMENT = "11", "22"
@@ -595,7 +595,7 @@ def test_an_id_a_file_name_chose_addresses_nobody(canvas, named_by_file, monkeyp
 
 
 def chosen_and_skipped(graded, roster=None):
-    from normlab.grader.report import SubmissionResult
+    from normlab.grader.results import SubmissionResult
 
     results = [SubmissionResult.from_dict(s) for s in graded]
     chosen, skipped = canvas_module.choose(results, "04_rmsnorm", roster)

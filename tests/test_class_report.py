@@ -16,7 +16,7 @@ import pytest
 from classbuilder import HOSTILE_ERROR, HOSTILE_ID, build_class
 from conftest import check_dict, run_cli
 
-from normlab.grader import report
+from normlab.grader import results
 
 pytestmark = pytest.mark.isolation
 
@@ -132,15 +132,15 @@ def test_nothing_a_submission_wrote_becomes_markup(graded):
 
 def test_a_check_keeps_its_probes_through_the_json():
     base = check_dict("c", 0, 1)
-    kept = report._check_from_dict({**base, "probes": ["no eps", "eps outside the root"]})
+    kept = results._check_from_dict({**base, "probes": ["no eps", "eps outside the root"]})
     assert kept.probes == ("no eps", "eps outside the root")
     assert kept.as_dict()["probes"] == ["no eps", "eps outside the root"]
-    assert report._check_from_dict(base).probes == ()  # results written before the field
+    assert results._check_from_dict(base).probes == ()  # results written before the field
     for wrong in ("no eps", [1], ["a"] * 4, [""]):
         with pytest.raises(ValueError, match="probes"):
-            report._check_from_dict({**base, "probes": wrong})
+            results._check_from_dict({**base, "probes": wrong})
     with pytest.raises(ValueError, match="probes"):  # a passed check matched no misconception
-        report._check_from_dict({**check_dict("c", 1, 1), "probes": ["no eps"]})
+        results._check_from_dict({**check_dict("c", 1, 1), "probes": ["no eps"]})
 
 
 def test_names_where_the_lms_gave_them_errors_cut_at_a_word_and_a_table_for_a_slide(tmp_path):

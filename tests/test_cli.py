@@ -25,11 +25,11 @@ def test_the_pytest_plugin_loads_neither_the_command_nor_the_grader():
 
 def test_the_gradescope_bundle_copies_the_installed_package():
     import normlab
-    from normlab.grader import gradescope
+    from normlab.instructor import gradescope
 
     assert gradescope.PACKAGE == ROOT / "src" / "normlab"
     assert gradescope.PACKAGE == type(ROOT)(normlab.__file__).resolve().parent
-    source = (gradescope.PACKAGE / "grader" / "gradescope.py").read_text(encoding="utf-8")
+    source = (gradescope.PACKAGE / "instructor" / "gradescope.py").read_text(encoding="utf-8")
     assert "import normlab\n" not in source
 
 
@@ -123,7 +123,7 @@ def test_grade_and_merge_show_results_with_the_same_options():
 
 def test_the_export_command_offers_every_export_and_its_options(capsys):
     from normlab.cli import parser
-    from normlab.grader.exports import EXPORTS
+    from normlab.instructor.exports import EXPORTS
 
     export = _subparsers(parser())["export"]
     (format_,) = [a for a in export._actions if a.dest == "format"]
@@ -137,7 +137,7 @@ def test_the_export_command_offers_every_export_and_its_options(capsys):
 
 
 def test_the_docs_list_of_exports_is_the_table():
-    from normlab.grader.exports import EXPORTS, markdown_table
+    from normlab.instructor.exports import EXPORTS, markdown_table
 
     instructors = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
     assert markdown_table() in instructors
@@ -152,7 +152,7 @@ def test_an_export_reads_its_own_options_only(tmp_path, monkeypatch):
     import dataclasses
 
     from normlab.cli import main
-    from normlab.grader import exports
+    from normlab.instructor import exports
 
     seen = []
 

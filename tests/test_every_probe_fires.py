@@ -241,8 +241,8 @@ def test_the_class_report_counts_every_reason_the_feedback_gives_and_nothing_els
     """A class of one student per probe of the lab (the function with that bug, every check
     that uses it): each check's recorded probes are the names of the reasons its message gives,
     line for line, and the class report counts, per name, the students whose feedback gives it."""
-    from normlab.grader import classreport
-    from normlab.grader.report import SubmissionResult
+    from normlab.grader.results import SubmissionResult
+    from normlab.instructor import classreport
 
     module, said = MODULES[stem], _said(MODULES[stem])
     results, told = [], {}

@@ -363,7 +363,7 @@ def test_an_assignment_grades_every_notebook_as_its_lab(tmp_path):
 def _cache_entry(tmp_path: Path, index: int):
     from normlab.grader import grade as grade_module
     from normlab.grader.identity import identify
-    from normlab.grader.report import SubmissionResult
+    from normlab.grader.results import SubmissionResult
 
     path = tmp_path / f"student{index:03d}" / "03_layernorm.ipynb"
     entry = grade_module.Entry(path, identify(path, tmp_path))

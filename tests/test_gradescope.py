@@ -18,8 +18,8 @@ import nbformat
 import pytest
 from conftest import ROOT, run_cli_process
 
-from normlab.grader import gradescope
 from normlab.grader.registry import all_labs
+from normlab.instructor import gradescope
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"

@@ -25,8 +25,10 @@ from conftest import ROOT, golden, grade_json
 from message_corpus import MODULES, declared_texts, emitted_messages
 
 import normlab
-from normlab.grader import i18n, notebook, report
+from normlab.grader import i18n, notebook
 from normlab.grader.i18n import Catalog, CatalogError, read_po, translation
+from normlab.grader.results import CheckReport, SubmissionResult
+from normlab.instructor import report
 
 STEMS = sorted(MODULES)
 ENTRIES = read_po(i18n.catalog_path("es"))
@@ -323,7 +325,7 @@ def test_check_by_default_prints_todays_english_byte_for_byte(default_language):
     answers = {"layernorm_forward": _unbiased_forward, "D1_ANSWER": "c", "D2_ANSWER": "bc"}
     lab, results = notebook.run(**answers)
     assert _printed(**answers) == _english_report(lab.title, results)
-    html = report.CheckReport(lab.title, results)._repr_html_()
+    html = CheckReport(lab.title, results)._repr_html_()
     assert "LayerNorm: 0/9 points</div>" in html and "Por qué" not in html
 
 
@@ -341,7 +343,7 @@ def test_check_keeps_the_learners_exception_and_translates_its_hint(default_lang
     )
 
 
-def _result(**changes) -> report.SubmissionResult:
+def _result(**changes) -> SubmissionResult:
     from normlab.grader.core import CheckResult
 
     checks = [
@@ -367,11 +369,11 @@ def _result(**changes) -> report.SubmissionResult:
         isolation="processes",
         lang="es",
     )
-    return report.SubmissionResult(**{**fields, **changes})
+    return SubmissionResult(**{**fields, **changes})
 
 
 def test_every_report_surface_has_its_framework_text_in_spanish(default_language):
-    from normlab.grader import gradescope
+    from normlab.instructor import gradescope
 
     i18n.untranslated.clear()
     results = [
@@ -411,7 +413,7 @@ def test_reports_by_default_are_todays_english(default_language):
     golden("table-en.txt", report.to_table([result, result]) + "\n")
     graded = json.loads(report.to_json([result]))
     assert graded["submissions"][0]["lang"] == "en"
-    from normlab.grader import gradescope
+    from normlab.instructor import gradescope
 
     out = gradescope.results(graded, "03_layernorm", ["a.ipynb", "b.ipynb"])
     nothing = gradescope.results(None, "03_layernorm", [])
@@ -496,7 +498,7 @@ def test_grade_feedback_in_spanish_from_the_notebooks_language(graded):
         "Tu código se detuvo en " in markdown
         and "Llama a tu función `layernorm_forward`" in markdown
     )
-    english = report.feedback_markdown(report.SubmissionResult.from_dict(submission), "en")
+    english = report.feedback_markdown(SubmissionResult.from_dict(submission), "en")
     assert sorted(i18n.tokens(markdown)) == sorted(i18n.tokens(english))
     outside_code = re.sub(r"```.*?```", "", markdown, flags=re.S)
     assert [w for line in outside_code.splitlines() for w in english_words(line)] == []
@@ -584,8 +586,8 @@ def test_a_quote_cut_short_says_so_in_spanish():
 def test_every_isolation_grade_can_report_is_said_in_spanish(
     monkeypatch, bwrap, private, namespaces, memory, cpu, user
 ):
-    from normlab.grader import report
     from normlab.grader.isolation import sandbox
+    from normlab.instructor import report
 
     monkeypatch.setattr(sandbox, "bwrap_available", lambda: bwrap)
     monkeypatch.setattr(sandbox.workspace, "available", lambda: private)
@@ -604,10 +606,10 @@ def test_every_isolation_grade_can_report_is_said_in_spanish(
 
 
 def test_the_count_line_is_in_the_language_of_the_notebooks():
-    from normlab.grader import report
+    from normlab.instructor import report
 
     def result(path, lang):
-        return report.SubmissionResult(path, "03_layernorm", 0, 0, None, [], lang=lang)
+        return SubmissionResult(path, "03_layernorm", 0, 0, None, [], lang=lang)
 
     spanish, english = result("a.ipynb", "es"), result("b.ipynb", "en")
     said = report.graded_line([spanish], 1, 0, 1.83)

@@ -17,10 +17,10 @@ import nbformat
 import pytest
 from conftest import ROOT, run_cli_process
 
-from normlab.grader import lms, report
 from normlab.grader.core import CheckResult
 from normlab.grader.grade import find_submissions
-from normlab.grader.report import SubmissionResult
+from normlab.grader.results import SubmissionResult
+from normlab.instructor import lms, report
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"

@@ -9,7 +9,7 @@ import pytest
 from conftest import hints, lab_results, messages, told
 
 from normlab.grader.checks import layernorm as ln
-from normlab.grader.report import CheckReport
+from normlab.grader.results import CheckReport
 
 HINTS = hints(ln.FORWARD_PROBES + ln.BACKWARD_PROBES)
 FORWARD_HINTS = hints(ln.FORWARD_PROBES)

@@ -226,7 +226,7 @@ def _graded(student, lab, score, path, name=None, layout="canvas"):
 def test_the_canvas_import_gives_an_id_only_where_canvas_wrote_it(tmp_path):
     """A blank lab handed in as 03_layernorm_5678.ipynb (a plain file name: the student chose
     5678, a classmate's Canvas user id) gets a row without ID, and the export says so."""
-    from normlab.grader import lms
+    from normlab.instructor import lms
 
     submissions = [
         _graded("5678", "03_layernorm", 0, "03_layernorm_5678.ipynb", layout="file"),
@@ -252,7 +252,7 @@ def test_every_export_lists_both_submissions_that_claim_one_id(tmp_path):
     """No export merges them (the best score once won silently) or drops one: one row each, in
     the results' order, and a warning; the instructor deletes the wrong row before importing. A
     lab the id handed in once is on each of its rows, so deleting either keeps it."""
-    from normlab.grader import lms
+    from normlab.instructor import lms
 
     submissions = [
         _graded("5678", "03_layernorm", 0, "a_5678_1_03_layernorm.ipynb", "zoev"),

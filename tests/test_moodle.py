@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, check_dict, run_cli_process
 
-from normlab.grader import lms
+from normlab.instructor import lms
 
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 
-from conftest import ROOT, run_cli
+import pytest
+from conftest import ROOT, grade_json, grading_budget, run_cli
 
 from normlab import progress
+from normlab.grader.grade import Settings, UsageError, grade_paths, parse_limit_overrides
 
 
 def _course(tmp_path):
@@ -68,3 +70,28 @@ def test_progress_is_a_screenful_in_the_language_of_the_copies_started(tmp_path)
         lines[4] == "Todos los mensajes de un laboratorio: normlab grade work/es/03_layernorm.ipynb"
     )
     assert len(lines) == 5 and "work/0" not in out, out  # nothing of the English copies
+
+
+def test_the_library_grades_as_normlab_grade_prints(tmp_path):
+    """``grade_paths``, through which ``normlab progress`` grades: the results ``normlab grade
+    --json`` prints, as objects (the JSON adds the language the feedback is shown in)."""
+    shutil.copy(ROOT / "solutions" / "03_layernorm.ipynb", tmp_path / "03_layernorm.ipynb")
+    shutil.copy(ROOT / "labs" / "04_rmsnorm.ipynb", tmp_path / "04_rmsnorm.ipynb")
+    options = grading_budget()
+    settings = Settings(
+        timeout=float(options[1]),
+        sandbox=False,
+        allow_root=True,
+        overrides=parse_limit_overrides([option.split("=", 1)[1] for option in options[2:]]),
+    )
+    results = grade_paths([tmp_path], settings)
+    code, printed, err = grade_json(tmp_path, extra=("--no-sandbox", "--allow-root"))
+    assert code == 0, err
+    assert [(r.lab, r.score > 0, r.score == r.max_score) for r in results] == [
+        ("03_layernorm", True, True),
+        ("04_rmsnorm", False, False),
+    ]
+    shown = [{k: v for k, v in s.items() if k != "lang"} for s in printed["submissions"]]
+    assert [{k: v for k, v in r.as_dict().items() if k != "lang"} for r in results] == shown
+    with pytest.raises(UsageError, match="no such file"):
+        grade_paths([tmp_path / "05_group_instance.ipynb"], settings)

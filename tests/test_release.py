@@ -102,6 +102,21 @@ def test_no_solutions_worked_solutions_or_tests_are_shipped(edition):
     assert {"theory", "labs", "notebooks", "src", "START_HERE.md"} <= names
 
 
+def test_the_edition_ships_the_whole_package_the_instructors_included(edition):
+    """The edition's ``normlab grade`` (the command ``make grade`` sends a learner to) prints its
+    table through ``normlab.instructor``, and no module of that package holds an answer (the
+    release searches every module): the edition ships every module, the grader's and the
+    instructor's."""
+    package = ROOT / "src" / "normlab"
+    course = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    shipped = {
+        p.relative_to(edition / "src" / "normlab").as_posix()
+        for p in (edition / "src" / "normlab").rglob("*.py")
+    }
+    assert shipped == course
+    assert {"instructor/report.py", "instructor/gradescope.py", "grader/results.py"} <= shipped
+
+
 def kinds(statements) -> tuple[str, ...]:
     """The statements' node types: equal whenever their ``shape`` is, and far cheaper."""
     return tuple(type(s).__name__ for s in statements)

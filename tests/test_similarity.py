@@ -19,7 +19,7 @@ import pytest
 from classbuilder import COPIES, CORRECT_FORWARD, HOSTILE_ID, build_class
 from conftest import ROOT, run_cli
 
-from normlab.grader import similarity
+from normlab.instructor import similarity
 
 
 @pytest.fixture(scope="module")

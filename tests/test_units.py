@@ -149,7 +149,8 @@ def test_sequences_of_scalars_cross_as_tuples():
 
 def test_table_ends_with_the_total_when_several_notebooks_are_graded():
     from normlab.grader.core import CheckResult
-    from normlab.grader.report import SubmissionResult, to_table
+    from normlab.grader.results import SubmissionResult
+    from normlab.instructor.report import to_table
 
     ok = CheckResult("a", 2, 2, True, "")
     bad = CheckResult("b", 0, 1, False, "why\nmore")

@@ -6,7 +6,7 @@ description, arguments and the function that runs it), at the end of this file, 
 :func:`parser` builds argparse's parser from that table. ``grade`` and ``merge`` share the
 options that show their results (:data:`QUIET`, :data:`LANG`) and deliver them with one function
 (:func:`_deliver`); ``export``'s choices, options and description come from the exports' table,
-``normlab.grader.exports``.
+``normlab.instructor.exports``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from normlab.grader import exports
 from normlab.grader.i18n import LANGUAGES
 from normlab.grader.isolation.limits import DEFAULT as DEFAULT_LIMITS
+from normlab.instructor import exports
 from normlab.startup import skip_unused_iri_parser
 
 # ----------------------------------------------------------------------------- arguments and commands
@@ -75,7 +75,7 @@ def _deliver(results, args, shown_json: str | None = None) -> None:
     """What ``grade`` and ``merge`` do with their results: everything is rendered before the
     first file is written, then the CSV gradebook, the feedback, and the JSON or table on
     stdout. ``shown_json`` replaces the plain JSON (a shard's carries its place in the run)."""
-    from normlab.grader import report
+    from normlab.instructor import report
 
     gradebook = report.to_csv(results) if args.csv else None
     if args.json:
@@ -162,7 +162,7 @@ def _grade(args) -> int:
         print(f"normlab grade: {inert.text(error)}", file=sys.stderr)
         return 2
     # Every run says how it isolated the submissions (and each result records it).
-    from normlab.grader import report
+    from normlab.instructor import report
 
     print(report.isolation_line(isolation.description, args.lang), file=sys.stderr)
     cache_path = _cache_path(args)
@@ -208,7 +208,7 @@ def _grade(args) -> int:
 def _shard_json(results, shard, total, positions, lang=None) -> str:
     import json
 
-    from normlab.grader import report
+    from normlab.instructor import report
 
     payload = json.loads(report.to_json(results, lang))
     payload["shard"] = {
@@ -278,8 +278,9 @@ def _read_shards(paths: list[str]) -> tuple[dict[int, object], set, set, set]:
 def _merge(args) -> int:
     """Every field of every shard is checked, and the shards against each other, before
     anything is written: a refused merge leaves no gradebook, feedback or output behind."""
-    from normlab.grader import inert, report
+    from normlab.grader import inert
     from normlab.grader.identity import flag_conflicts
+    from normlab.grader.results import results_from_json
 
     try:
         slots, counts, totals, seen = _read_shards(args.shards)
@@ -295,7 +296,7 @@ def _merge(args) -> int:
         print(f"normlab merge: missing shard(s) {missing} of {count}", file=sys.stderr)
         return 2
     try:
-        results = report.results_from_json([slots[i] for i in range(total)])
+        results = results_from_json([slots[i] for i in range(total)])
     except ValueError as error:
         print(f"normlab merge: {inert.text(error)}", file=sys.stderr)
         return 2
@@ -307,8 +308,8 @@ def _merge(args) -> int:
 
 
 def _export(args) -> int:
-    """The export of ``normlab.grader.exports.EXPORTS`` named ``format``, with its options."""
-    from normlab.grader.exports import EXPORTS, ExportError
+    """The export of ``normlab.instructor.exports.EXPORTS`` named ``format``, with its options."""
+    from normlab.instructor.exports import EXPORTS, ExportError
 
     export = EXPORTS[args.format]
     results = None
@@ -330,8 +331,10 @@ def _read_results(path: str | None) -> list | None:
     none to read. An id that several submissions of one lab claim is warned about here."""
     import json
 
-    from normlab.grader import inert, lms, report
+    from normlab.grader import inert
     from normlab.grader.identity import warn_conflicts
+    from normlab.grader.results import results_from_json
+    from normlab.instructor import lms
 
     if not path:
         print("normlab export: give the graded results: --results grades.json", file=sys.stderr)
@@ -341,7 +344,7 @@ def _read_results(path: str | None) -> list | None:
         if not isinstance(payload, dict):
             raise ValueError("not the JSON of `normlab grade --json`")
         # every field checked; a student may hand in a lab twice (the best score counts)
-        results = report.results_from_json(payload.get("submissions"), unique=False)
+        results = results_from_json(payload.get("submissions"), unique=False)
     except (OSError, ValueError, RecursionError) as error:
         print(
             f"normlab export: cannot read {inert.text(path, lines=False)}: {inert.text(error)}",
@@ -368,14 +371,13 @@ def _work(args) -> int:
 
 
 def _progress(args) -> int:
+    from normlab.grader.grade import Settings
     from normlab.progress import progress
 
-    options = [
-        flag
-        for flag in ("--no-sandbox", "--allow-root")
-        if getattr(args, flag[2:].replace("-", "_"))
-    ]
-    return progress(Path(args.root), args.folder, options)
+    sandbox = False if args.no_sandbox else None  # as `normlab grade --no-sandbox`, or its default
+    return progress(
+        Path(args.root), args.folder, Settings(sandbox=sandbox, allow_root=args.allow_root)
+    )
 
 
 def _release(args) -> int:
@@ -593,7 +595,7 @@ def _positive_limits(args) -> str | None:
 
 
 def _instructor():
-    from normlab.grader import instructor
+    from normlab.instructor import commands as instructor
 
     return instructor
 

@@ -10,14 +10,15 @@ work/NN_name.ipynb`` prints every message in full.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 from pathlib import Path
 
 from normlab import chapter_files
-from normlab.grader import i18n
+from normlab.grader import i18n, inert
+from normlab.grader.grade import Settings, UsageError, grade_paths
+from normlab.grader.isolation.sandbox import IsolationError
+from normlab.grader.results import SubmissionResult
 
 #: the folders of a learner's copies, with their language and the labs they are copies of
 EDITIONS = (("", "en", "labs"), ("es", "es", "es/labs"))
@@ -52,38 +53,27 @@ def copies(root: Path, work: str) -> dict[str, tuple[list[Path], list[Path]]]:
     return found
 
 
-def _graded(paths: list[Path], lang: str, grade_options: list[str]) -> list[dict]:
-    from normlab.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(["grade", *map(str, paths), "--json", "--lang", lang, *grade_options])
-    if status != 0:
-        sys.stderr.write(err.getvalue())
-        raise SystemExit(status)
-    return json.loads(out.getvalue())["submissions"]
-
-
-def _line(result: dict, lang: str) -> str:
-    name = Path(result["path"]).stem
-    score = f"{result['score']}/{result['max_score']}"
-    if result.get("error") and not result["checks"]:
+def _line(result: SubmissionResult, lang: str) -> str:
+    name = Path(result.path).stem
+    score = f"{result.score}/{result.max_score}"
+    if result.error and not result.checks:
         return f"  {name:<20} {score:>6}  " + i18n.text(
-            "could not be graded: see `normlab grade {path}`", lang, path=result["path"]
+            "could not be graded: see `normlab grade {path}`", lang, path=result.path
         )
-    failed = [c for c in result["checks"] if not c["passed"]]
+    failed = [c for c in result.checks if not c.passed]
     if not failed:
         return f"  {name:<20} {score:>6}  " + i18n.text("every check passes", lang)
     line = f"  {name:<20} {score:>6}  " + i18n.text(
-        "next: {check}", lang, check=i18n.translate(failed[0]["name"], lang)
+        "next: {check}", lang, check=i18n.translate(failed[0].name, lang)
     )
     if len(failed) > 1:
         line += " " + i18n.text("({count} more to pass)", lang, count=len(failed) - 1)
     return line
 
 
-def progress(root: Path, work: str = "work", grade_options: list[str] | None = None) -> int:
-    """Print the learner's progress; returns a process exit status."""
+def progress(root: Path, work: str = "work", settings: Settings | None = None) -> int:
+    """Print the learner's progress, each started copy graded under ``settings`` (``grade_paths``;
+    None: ``normlab grade``'s defaults); returns a process exit status."""
     found = copies(root, work)
     if not found:
         print(f"normlab progress: no copies of the labs in {root / work}", file=sys.stderr)
@@ -95,7 +85,12 @@ def progress(root: Path, work: str = "work", grade_options: list[str] | None = N
         folder = f"{work}/es/" if lang == "es" else f"{work}/"
         if started:
             print(i18n.text("Your labs in {folder}:", lang, folder=folder))
-            for result in _graded(started, lang, grade_options or []):
+            try:
+                graded = grade_paths(started, settings or Settings())
+            except (UsageError, IsolationError) as error:
+                print(f"normlab progress: {inert.text(error)}", file=sys.stderr)
+                return 2
+            for result in graded:
                 print(_line(result, lang))
         if untouched:
             names = ", ".join(p.stem for p in untouched)

@@ -1,7 +1,8 @@
 """``normlab release OUT/``: the student edition of the course, without its answers.
 
-The edition holds the chapters, the labs, the demos, the start page and the package that
-``check()`` imports, and the same of the Spanish edition (``es/theory``, ``es/labs``,
+The edition holds the chapters, the labs, the demos, the start page and the whole package (the
+grader that ``check()`` and ``normlab grade`` run, and ``normlab.instructor``, which ``normlab
+grade`` prints through), and the same of the Spanish edition (``es/theory``, ``es/labs``,
 ``es/START_HERE.md``, ``es/README.md``). It leaves out the solution notebooks, the worked
 solutions (also ``es/solutions``), the Spanish lab catalog, the tests and the instructor's
 documents (it keeps ``docs/running.md``, which is the learner's), and it removes every lab answer

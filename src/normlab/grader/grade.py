@@ -41,7 +41,7 @@ from normlab.grader.isolation.sandbox import (
     hidden_paths,
 )
 from normlab.grader.registry import all_labs
-from normlab.grader.report import SubmissionResult, write_atomically
+from normlab.grader.results import SubmissionResult, write_atomically
 
 
 class UsageError(Exception):
@@ -714,6 +714,33 @@ def grade_all(
             if server is not None:
                 server.close()
             reaper.sweep()
+
+
+def grade_paths(
+    paths: list[str | Path],
+    settings: Settings = Settings(),
+    lab: str | None = None,
+    jobs: int = 0,
+) -> list[SubmissionResult]:
+    """Grade notebooks as ``normlab grade PATH...`` grades them, without a cache, and return the
+    results: door 2 called from Python (``normlab progress`` grades through it).
+
+    Args:
+        paths: notebooks, or folders searched for notebooks (``find_submissions``).
+        settings: how each submission is run (its isolation is probed once, here).
+        lab: grade every notebook as this lab (``--lab``).
+        jobs: submissions graded at a time; 0: one per CPU this process may use.
+
+    Returns:
+        One result per notebook, in ``find_submissions``' order.
+
+    Raises:
+        UsageError: a path that does not exist, no notebook, or an unknown lab.
+        IsolationError: the isolation ``settings`` ask for cannot run here.
+    """
+    entries = find_submissions([str(path) for path in paths], lab)
+    isolation = probe_isolation(settings, import_oracle=True)
+    return grade_all(entries, settings, jobs or default_jobs(), None, None, isolation)
 
 
 def _run_pool(entries, results, work, jobs, cache, on_result) -> list[SubmissionResult]:

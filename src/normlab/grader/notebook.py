@@ -15,10 +15,11 @@ import threading
 import types
 import warnings
 
-from normlab.grader import core, i18n, inert, report
+from normlab.grader import core, i18n, inert
 from normlab.grader.isolation import hidden
 from normlab.grader.isolation.wire import encode_result
 from normlab.grader.registry import all_labs, get_lab, labs_using
+from normlab.grader.results import CheckReport
 from normlab.grader.trap import forbidden_calls, scan_source
 
 
@@ -256,7 +257,7 @@ def check(*functions, lab: str | None = None, **named) -> None:
     if os.environ.get("NORMLAB_GRADING"):
         return None  # inside `normlab grade` the grader runs the checks itself
     chosen, results = run(*functions, lab=lab, **named)
-    shown = report.CheckReport(chosen.title, results, i18n.current_language())
+    shown = CheckReport(chosen.title, results, i18n.current_language())
     try:
         from IPython import get_ipython
         from IPython.display import display

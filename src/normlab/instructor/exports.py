@@ -7,9 +7,10 @@ from :data:`EXPORTS`; ``docs/instructors.md`` carries :func:`markdown_table`, an
 ``tests/test_cli.py`` keeps the two equal. A new export is one writer and one entry here.
 
 A writer takes ``(out, results, options)``: the path given as ``OUT``, the checked results
-(``report.SubmissionResult``; None for an export that reads none) and its options by name. It
-returns the line ``normlab export`` prints when it has written everything, prints its warnings
-on stderr, and raises :class:`ExportError` for a usage error (exit status 2).
+(``normlab.grader.results.SubmissionResult``; None for an export that reads none) and its
+options by name. It returns the line ``normlab export`` prints when it has written everything,
+prints its warnings on stderr, and raises :class:`ExportError` for a usage error (exit status
+2).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from normlab.grader.gradescope import VISIBILITIES
+from normlab.instructor.gradescope import VISIBILITIES
 
 
 class ExportError(Exception):
@@ -52,14 +53,15 @@ class Export:
 
 
 def _written(out: Path, text: str) -> str:
-    from normlab.grader import report
+    from normlab.instructor import report
 
     report.write_atomically(out, text)
     return f"wrote {out}"
 
 
 def _canvas(out: Path, results: list, options: dict) -> str:
-    from normlab.grader import i18n, inert, lms
+    from normlab.grader import i18n, inert
+    from normlab.instructor import lms
 
     submissions = [result.as_dict() for result in results]
     missing = lms.canvas_ids_missing(submissions)
@@ -79,7 +81,7 @@ def _canvas(out: Path, results: list, options: dict) -> str:
 
 
 def _summary(out: Path, results: list, options: dict) -> str:
-    from normlab.grader import lms
+    from normlab.instructor import lms
 
     return _written(out, lms.class_summary([result.as_dict() for result in results]))
 
@@ -87,7 +89,8 @@ def _summary(out: Path, results: list, options: dict) -> str:
 def _moodle(out: Path, results: list, options: dict) -> str:
     """Per lab, a grading worksheet and a feedback-files zip, all rendered before any is
     written."""
-    from normlab.grader import inert, lms, report
+    from normlab.grader import inert
+    from normlab.instructor import lms, report
 
     submissions = [result.as_dict() for result in results]
     files: dict[Path, str | bytes] = {}
@@ -109,8 +112,8 @@ def _moodle(out: Path, results: list, options: dict) -> str:
 
 
 def _gradescope(out: Path, results: None, options: dict) -> str:
-    from normlab.grader.gradescope import BundleError, write_bundle
     from normlab.grader.registry import all_labs
+    from normlab.instructor.gradescope import BundleError, write_bundle
 
     lab = options["lab"]
     if lab not in all_labs():

@@ -13,7 +13,7 @@ def _run(module: str):
     def run(args) -> int:
         import importlib
 
-        return importlib.import_module(f"normlab.grader.{module}").run(args)
+        return importlib.import_module(f"normlab.instructor.{module}").run(args)
 
     return run
 

@@ -91,7 +91,7 @@ _UNSENT = "<not sent: dry run>"
 def comment_text(submission: dict) -> str:
     """The comment: the one-line result (as Moodle's worksheet gives it), as plain text, and
     the tag that makes a rerun find it."""
-    from normlab.grader.lms import feedback_comment
+    from normlab.instructor.lms import feedback_comment
 
     text = html.unescape(feedback_comment(submission))
     digest = hashlib.sha256(f"{submission['lab']}\n{text}".encode()).hexdigest()[:12]
@@ -400,7 +400,7 @@ def choose(results: list, lab: str, roster: dict[str, str] | None = None):
     (two files that claim one mapped id, a mapped id and a Canvas file) are all skipped: which
     is the student's is the instructor's call.
     """
-    from normlab.grader.classreport import best_per_student
+    from normlab.instructor.classreport import best_per_student
 
     roster = roster or {}
     by_user: dict[str, list] = {}
@@ -492,7 +492,7 @@ def push_one(canvas: Canvas, path: str, result, lang=None, points=None) -> list[
     """One student's score, comment and page where Canvas lacks them; what was posted
     (``graded``, ``commented``, ``attached``) or ``["unchanged"]``. Unfinished when a write
     failed, with the upload deleted again or named."""
-    from normlab.grader import report
+    from normlab.instructor import report
 
     submission = result.as_dict()
     now = canvas.request("GET", path + "?include[]=submission_comments")
@@ -644,7 +644,7 @@ def run(args) -> int:
     """``normlab report canvas RESULTS.json --url URL --course ID --assignment ID --lab STEM``:
     0 when every student addressed is on Canvas or skipped (and named), 1 when some are left
     for a rerun (named), 2 for a usage error or a refusal before anything was sent."""
-    from normlab.grader.report import results_from_json
+    from normlab.grader.results import results_from_json
 
     if not _safe_url(args.url):
         print(i18n.text("normlab report canvas: --url must be https://"), file=sys.stderr)

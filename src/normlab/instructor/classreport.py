@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from normlab.grader import inert
-from normlab.grader.report import SubmissionResult
+from normlab.grader.results import SubmissionResult
 
 TITLE = "Class report"
 SECTIONS = [
@@ -347,7 +347,7 @@ def to_html(summary: dict) -> str:
 
 def write(results: list[SubmissionResult], out: Path, roster: list[str] | None = None) -> dict:
     """Write class-report.{json,md,html} into ``out``; returns the summary."""
-    from normlab.grader.report import write_atomically
+    from normlab.grader.results import write_atomically
 
     summary = summarise(results, roster)
     dumped = json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
@@ -359,7 +359,7 @@ def write(results: list[SubmissionResult], out: Path, roster: list[str] | None =
 
 def run(args) -> int:
     """``normlab report class RESULTS.json OUTDIR [--roster FILE]``."""
-    from normlab.grader.report import results_from_json
+    from normlab.grader.results import results_from_json
 
     try:
         payload = json.loads(Path(args.results).read_text(encoding="utf-8"))

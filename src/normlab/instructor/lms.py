@@ -179,7 +179,7 @@ def feedback_comment(submission: dict, lang: str | None = None) -> str:
     notebook did not run to the end, and the names of the checks not passed. In the
     submission's language; every student-derived text is inert (one line, no control character)
     and escaped, so that nothing in it is markup."""
-    from normlab.grader import report
+    from normlab.instructor import report
 
     lang = report.language(None, lang or submission.get("lang"))
     parts = [
@@ -277,7 +277,7 @@ def moodle_feedback_zip(
     participant only by number, so a submission whose id Moodle's download did not write (a
     plain file name ``03_layernorm_1234.ipynb`` would give a classmate's number) has no folder,
     nor a row in the worksheet. Entries carry a fixed date, so the same results give the same bytes."""
-    from normlab.grader import report
+    from normlab.instructor import report
 
     mine = [r for r in results if r.lab == lab and r.layout == "moodle"]
     ours = mine + [r for r in results if r.lab == lab and r.layout != "moodle"]

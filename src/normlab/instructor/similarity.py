@@ -714,7 +714,7 @@ def run(args) -> int:
 
     from normlab.grader.grade import UsageError, find_submissions, parse_limit_overrides
     from normlab.grader.registry import all_labs
-    from normlab.grader.report import write_atomically
+    from normlab.instructor.report import write_atomically
 
     if args.lab not in all_labs():
         print(

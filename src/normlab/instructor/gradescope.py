@@ -85,7 +85,7 @@ def requirements(lab: str) -> list[str]:
     return list(dict.fromkeys(base))
 
 
-#: the course package the bundle copies (``src/normlab``): this file is its ``grader/gradescope.py``
+#: the course package the bundle copies (``src/normlab``): this file is its ``instructor/gradescope.py``
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -153,7 +153,7 @@ if [ "$COUNT" -ge 1 ]; then
 fi
 # The grader's own messages: for the instructor (Gradescope shows this script's output to them only).
 cat "$WORK/stderr.txt" 2> /dev/null
-if ! "$PYTHON" -m normlab.grader.gradescope "$WORK" "$LAB" "$HIDDEN/bundle.json" \\
+if ! "$PYTHON" -m normlab.instructor.gradescope "$WORK" "$LAB" "$HIDDEN/bundle.json" \\
   > "$WORK/results.json"; then
   echo "normlab: could not write results.json (see above)"
   printf '%s\\n' '{"score": 0, "tests": [], "output": "The grader could not run; please tell' \\
@@ -445,7 +445,7 @@ def write_bundle(
 
 
 def main(argv: list[str]) -> int:
-    """``python -m normlab.grader.gradescope WORK LAB CONFIG``: results.json on stdout."""
+    """``python -m normlab.instructor.gradescope WORK LAB CONFIG``: results.json on stdout."""
     work, lab, config_path = Path(argv[0]), argv[1], Path(argv[2])
     try:
         graded = json.loads((work / "graded.json").read_text(encoding="utf-8"))
