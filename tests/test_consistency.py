@@ -411,6 +411,123 @@ QUOTED_OUTPUTS += [
 ]
 
 
+_DEMO_13 = "notebooks/13_other_architectures.ipynb"
+_GATE_ORDER = (
+    r"z = \+5: output RMS, norm then gate (?P<on>[\d.]+);  gate then norm (?P<gon>[\d.]+)\n.*\n"
+    r".*z = -5: output RMS, norm then gate (?P<off>[\d.]+);  gate then norm (?P<goff>[\d.]+)"
+)
+_GROUPS = (
+    r"group_size 8: RMS of channels 0-3 (?P<big>[\d.]+), of channels 4-7 (?P<small>[\d.]+)\n"
+    r"group_size 4: RMS of channels 0-3 (?P<big4>[\d.]+), of channels 4-7 (?P<small4>[\d.]+)"
+)
+_GRN = r"input (?P<before>[\d.]+), after GRN with gamma = 1: (?P<after>[\d.]+)"
+_ADALN = r"adaLN, default init : max \|output - input\| at init = (?P<default>[\d.]+)"
+_ERF = (
+    r"slope at 0: erf (?P<slope>[\d.]+), tanh 1.000;  at x = 2: erf (?P<erf2>[\d.]+), "
+    r"tanh (?P<tanh2>[\d.]+)"
+)
+_FLOORS = (
+    r"loss floors: uniform (?P<uniform>[\d.]+), last symbol only (?P<last>[\d.]+), "
+    r"source entropy (?P<entropy>[\d.]+)"
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/13_other_architectures.md",
+        r"Norm, then gate: the output's RMS is (?P<on>[\d.]+) at \$z = \+5\$ and (?P<off>[\d.]+) "
+        r"at \$z = -5\$.*? Gate, then norm: (?P<gon>[\d.]+) at \$z = \+5\$ and (?P<goff>[\d.]+)",
+        _DEMO_13,
+        "d13a0015",
+        _GATE_ORDER,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"Primero la norma y después la puerta: la RMS de la salida es (?P<on>[\d.]+) con "
+        r"\$z = \+5\$ y (?P<off>[\d.]+) con \$z = -5\$.*? Primero la puerta y después la norma: "
+        r"(?P<gon>[\d.]+) con \$z = \+5\$ y (?P<goff>[\d.]+)",
+        _DEMO_13,
+        "d13a0015",
+        _GATE_ORDER,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"one group of 8 leaves channels 0–3 at RMS (?P<big>[\d.]+) and channels 4–7 at "
+        r"(?P<small>[\d.]+); groups of 4 bring them to (?P<big4>[\d.]+) and (?P<small4>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0017",
+        _GROUPS,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"un grupo de 8 deja los canales 0–3 con RMS (?P<big>[\d.]+) y los canales 4–7 con "
+        r"(?P<small>[\d.]+); grupos de 4 los llevan a (?P<big4>[\d.]+) y (?P<small4>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0017",
+        _GROUPS,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"smallest channel energy goes from (?P<before>[\d.]+) to (?P<after>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0021",
+        _GRN,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"menor energía de canal pasa de (?P<before>[\d.]+) a (?P<after>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0021",
+        _GRN,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"the same modulation layer it is (?P<default>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0006",
+        _ADALN,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"la misma capa de modulación es (?P<default>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0006",
+        _ADALN,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"\\approx (?P<slope>[\d.]+)\$ against 1, and \$\\mathrm\{erf\}\(2\) = (?P<erf2>[\d.]+)\$ "
+        r"against \$\\tanh\(2\) = (?P<tanh2>[\d.]+)\$",
+        _DEMO_13,
+        "d13a0035",
+        _ERF,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"\\approx (?P<slope>[\d.]+)\$ frente a 1, y \$\\mathrm\{erf\}\(2\) = (?P<erf2>[\d.]+)\$ "
+        r"frente a \$\\tanh\(2\) = (?P<tanh2>[\d.]+)\$",
+        _DEMO_13,
+        "d13a0035",
+        _ERF,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"Its loss floors: (?P<uniform>[\d.]+) for a uniform guess, (?P<last>[\d.]+) \(\$\\ln 4\$\) "
+        r"for the best use of the last symbol alone, (?P<entropy>[\d.]+) the source's entropy\.",
+        _DEMO_13,
+        "d13a0027",
+        _FLOORS,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"Sus suelos de pérdida: (?P<uniform>[\d.]+) para una respuesta uniforme, (?P<last>[\d.]+) "
+        r"\(\$\\ln 4\$\) para el mejor uso del último símbolo por sí solo, (?P<entropy>[\d.]+) la "
+        r"entropía de la fuente\.",
+        _DEMO_13,
+        "d13a0027",
+        _FLOORS,
+    ),
+]
+
+
 def stored_output(notebook: str, cell_id: str) -> str:
     cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
     (cell,) = [c for c in cells if c.get("id") == cell_id]
