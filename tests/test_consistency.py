@@ -427,8 +427,8 @@ _ERF = (
     r"tanh (?P<tanh2>[\d.]+)"
 )
 _FLOORS = (
-    r"loss floors: uniform (?P<uniform>[\d.]+), last symbol only (?P<last>[\d.]+), "
-    r"source entropy (?P<entropy>[\d.]+)"
+    r"loss floors: a uniform guess (?P<uniform>[\d.]+), the bytes' own frequencies "
+    r"\(no context\) (?P<unigram>[\d.]+)"
 )
 QUOTED_OUTPUTS += [
     (
@@ -510,17 +510,16 @@ QUOTED_OUTPUTS += [
     ),
     (
         "theory/13_other_architectures.md",
-        r"Its loss floors: (?P<uniform>[\d.]+) for a uniform guess, (?P<last>[\d.]+) \(\$\\ln 4\$\) "
-        r"for the best use of the last symbol alone, (?P<entropy>[\d.]+) the source's entropy\.",
+        r"Its loss floors: (?P<uniform>[\d.]+) for a uniform guess, (?P<unigram>[\d.]+) for the "
+        r"bytes' own frequencies \(no context\)\.",
         _DEMO_13,
         "d13a0027",
         _FLOORS,
     ),
     (
         "es/theory/13_other_architectures.md",
-        r"Sus suelos de pérdida: (?P<uniform>[\d.]+) para una respuesta uniforme, (?P<last>[\d.]+) "
-        r"\(\$\\ln 4\$\) para el mejor uso del último símbolo por sí solo, (?P<entropy>[\d.]+) la "
-        r"entropía de la fuente\.",
+        r"Sus suelos de pérdida: (?P<uniform>[\d.]+) para una respuesta uniforme, "
+        r"(?P<unigram>[\d.]+) para las frecuencias propias de los bytes \(sin contexto\)\.",
         _DEMO_13,
         "d13a0027",
         _FLOORS,
