@@ -527,6 +527,79 @@ QUOTED_OUTPUTS += [
 ]
 
 
+_FOLD = (
+    r"torch.float64 +max \|folded - conv then BN\| / max \|output\| = (?P<f64>\S+)\n"
+    r"torch.float32 +max \|folded - conv then BN\| / max \|output\| = (?P<f32>\S+)\n"
+    r"float32 itself +max \|folded - conv then BN\| / max \|output\| = (?P<own>\S+)\n"
+    r"bias forgotten +max \|folded - conv then BN\| / max \|output\| = (?P<bias>\S+)\n"
+    r"batch statistics +max \|folded - conv then BN\| / max \|output\| = (?P<batch>\S+)"
+)
+_NORM_MEDIANS = (
+    r"RMSNorm +held-out loss, 3 seeds: median (?P<rms>[\d.]+).*\n"
+    r"DyT +held-out loss, 3 seeds: median (?P<dyt>[\d.]+).*\n"
+    r"Derf +held-out loss, 3 seeds: median (?P<derf>[\d.]+)"
+)
+_CLIP = (
+    r"without QK-Clip : largest logit over training \[(?P<l1>[\d.]+), (?P<l2>[\d.]+), "
+    r"(?P<l3>[\d.]+)\].*held-out loss \[(?P<a1>[\d.]+), (?P<a2>[\d.]+), (?P<a3>[\d.]+)\]\n"
+    r"QK-Clip tau = 10: .*held-out loss \[(?P<b1>[\d.]+), (?P<b2>[\d.]+), (?P<b3>[\d.]+)\]"
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/13_other_architectures.md",
+        r"The stored run printed (?P<f64>\S+) for the float64 fold and (?P<f32>\S+) for the float32 "
+        r"one, against (?P<own>\S+) for float32's own convolution-then-BatchNorm, and (?P<bias>\S+) "
+        r"and (?P<batch>\S+) for the two wrong folds",
+        _DEMO_13,
+        "d13a0023",
+        _FOLD,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"La ejecución guardada imprimió (?P<f64>\S+) para el plegado en float64 y (?P<f32>\S+) para "
+        r"el de float32, frente a (?P<own>\S+) de la propia convolución-y-BatchNorm en float32, y "
+        r"(?P<bias>\S+) y (?P<batch>\S+) para los dos plegados erróneos",
+        _DEMO_13,
+        "d13a0023",
+        _FOLD,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"\(the stored run: (?P<rms>[\d.]+) for RMSNorm, (?P<dyt>[\d.]+) for DyT, (?P<derf>[\d.]+) "
+        r"for Derf\)",
+        _DEMO_13,
+        "d13a0028",
+        _NORM_MEDIANS,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"\(la ejecución guardada: (?P<rms>[\d.]+) para RMSNorm, (?P<dyt>[\d.]+) para DyT, "
+        r"(?P<derf>[\d.]+) para Derf\)",
+        _DEMO_13,
+        "d13a0028",
+        _NORM_MEDIANS,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"largest logits of (?P<l1>[\d.]+), (?P<l2>[\d.]+) and (?P<l3>[\d.]+) without the clip, and "
+        r"held-out losses of (?P<a1>[\d.]+), (?P<a2>[\d.]+) and (?P<a3>[\d.]+) against "
+        r"(?P<b1>[\d.]+), (?P<b2>[\d.]+) and (?P<b3>[\d.]+) with it\.",
+        _DEMO_13,
+        "d13a0031",
+        _CLIP,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"mayores logits de (?P<l1>[\d.]+), (?P<l2>[\d.]+) y (?P<l3>[\d.]+) sin el recorte, y "
+        r"pérdidas en datos reservados de (?P<a1>[\d.]+), (?P<a2>[\d.]+) y (?P<a3>[\d.]+) frente a "
+        r"(?P<b1>[\d.]+), (?P<b2>[\d.]+) y (?P<b3>[\d.]+) con él\.",
+        _DEMO_13,
+        "d13a0031",
+        _CLIP,
+    ),
+]
+
+
 def stored_output(notebook: str, cell_id: str) -> str:
     cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
     (cell,) = [c for c in cells if c.get("id") == cell_id]
