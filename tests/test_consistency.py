@@ -411,6 +411,195 @@ QUOTED_OUTPUTS += [
 ]
 
 
+_DEMO_13 = "notebooks/13_other_architectures.ipynb"
+_GATE_ORDER = (
+    r"z = \+5: output RMS, norm then gate (?P<on>[\d.]+);  gate then norm (?P<gon>[\d.]+)\n.*\n"
+    r".*z = -5: output RMS, norm then gate (?P<off>[\d.]+);  gate then norm (?P<goff>[\d.]+)"
+)
+_GROUPS = (
+    r"group_size 8: RMS of channels 0-3 (?P<big>[\d.]+), of channels 4-7 (?P<small>[\d.]+)\n"
+    r"group_size 4: RMS of channels 0-3 (?P<big4>[\d.]+), of channels 4-7 (?P<small4>[\d.]+)"
+)
+_GRN = r"input (?P<before>[\d.]+), after GRN with gamma = 1: (?P<after>[\d.]+)"
+_ADALN = r"adaLN, default init : max \|output - input\| at init = (?P<default>[\d.]+)"
+_ERF = (
+    r"slope at 0: erf (?P<slope>[\d.]+), tanh 1.000;  at x = 2: erf (?P<erf2>[\d.]+), "
+    r"tanh (?P<tanh2>[\d.]+)"
+)
+_FLOORS = (
+    r"loss floors: a uniform guess (?P<uniform>[\d.]+), the bytes' own frequencies "
+    r"\(no context\) (?P<unigram>[\d.]+)"
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/13_other_architectures.md",
+        r"Norm, then gate: the output's RMS is (?P<on>[\d.]+) at \$z = \+5\$ and (?P<off>[\d.]+) "
+        r"at \$z = -5\$.*? Gate, then norm: (?P<gon>[\d.]+) at \$z = \+5\$ and (?P<goff>[\d.]+)",
+        _DEMO_13,
+        "d13a0015",
+        _GATE_ORDER,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"Primero la norma y después la puerta: la RMS de la salida es (?P<on>[\d.]+) con "
+        r"\$z = \+5\$ y (?P<off>[\d.]+) con \$z = -5\$.*? Primero la puerta y después la norma: "
+        r"(?P<gon>[\d.]+) con \$z = \+5\$ y (?P<goff>[\d.]+)",
+        _DEMO_13,
+        "d13a0015",
+        _GATE_ORDER,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"one group of 8 leaves channels 0–3 at RMS (?P<big>[\d.]+) and channels 4–7 at "
+        r"(?P<small>[\d.]+); groups of 4 bring them to (?P<big4>[\d.]+) and (?P<small4>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0017",
+        _GROUPS,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"un grupo de 8 deja los canales 0–3 con RMS (?P<big>[\d.]+) y los canales 4–7 con "
+        r"(?P<small>[\d.]+); grupos de 4 los llevan a (?P<big4>[\d.]+) y (?P<small4>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0017",
+        _GROUPS,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"smallest channel energy goes from (?P<before>[\d.]+) to (?P<after>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0021",
+        _GRN,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"menor energía de canal pasa de (?P<before>[\d.]+) a (?P<after>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0021",
+        _GRN,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"the same modulation layer it is (?P<default>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0006",
+        _ADALN,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"la misma capa de modulación es (?P<default>[\d.]+)\.",
+        _DEMO_13,
+        "d13a0006",
+        _ADALN,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"\\approx (?P<slope>[\d.]+)\$ against 1, and \$\\mathrm\{erf\}\(2\) = (?P<erf2>[\d.]+)\$ "
+        r"against \$\\tanh\(2\) = (?P<tanh2>[\d.]+)\$",
+        _DEMO_13,
+        "d13a0035",
+        _ERF,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"\\approx (?P<slope>[\d.]+)\$ frente a 1, y \$\\mathrm\{erf\}\(2\) = (?P<erf2>[\d.]+)\$ "
+        r"frente a \$\\tanh\(2\) = (?P<tanh2>[\d.]+)\$",
+        _DEMO_13,
+        "d13a0035",
+        _ERF,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"Its loss floors: (?P<uniform>[\d.]+) for a uniform guess, (?P<unigram>[\d.]+) for the "
+        r"bytes' own frequencies \(no context\)\.",
+        _DEMO_13,
+        "d13a0027",
+        _FLOORS,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"Sus suelos de pérdida: (?P<uniform>[\d.]+) para una respuesta uniforme, "
+        r"(?P<unigram>[\d.]+) para las frecuencias propias de los bytes \(sin contexto\)\.",
+        _DEMO_13,
+        "d13a0027",
+        _FLOORS,
+    ),
+]
+
+
+_FOLD = (
+    r"torch.float64 +max \|folded - conv then BN\| / max \|output\| = (?P<f64>\S+)\n"
+    r"torch.float32 +max \|folded - conv then BN\| / max \|output\| = (?P<f32>\S+)\n"
+    r"float32 itself +max \|folded - conv then BN\| / max \|output\| = (?P<own>\S+)\n"
+    r"bias forgotten +max \|folded - conv then BN\| / max \|output\| = (?P<bias>\S+)\n"
+    r"batch statistics +max \|folded - conv then BN\| / max \|output\| = (?P<batch>\S+)"
+)
+_NORM_MEDIANS = (
+    r"RMSNorm +held-out loss, 3 seeds: median (?P<rms>[\d.]+).*\n"
+    r"DyT +held-out loss, 3 seeds: median (?P<dyt>[\d.]+).*\n"
+    r"Derf +held-out loss, 3 seeds: median (?P<derf>[\d.]+)"
+)
+_CLIP = (
+    r"without QK-Clip : largest logit over training \[(?P<l1>[\d.]+), (?P<l2>[\d.]+), "
+    r"(?P<l3>[\d.]+)\].*held-out loss \[(?P<a1>[\d.]+), (?P<a2>[\d.]+), (?P<a3>[\d.]+)\]\n"
+    r"QK-Clip tau = 10: .*held-out loss \[(?P<b1>[\d.]+), (?P<b2>[\d.]+), (?P<b3>[\d.]+)\]"
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/13_other_architectures.md",
+        r"The stored run printed (?P<f64>\S+) for the float64 fold and (?P<f32>\S+) for the float32 "
+        r"one, against (?P<own>\S+) for float32's own convolution-then-BatchNorm, and (?P<bias>\S+) "
+        r"and (?P<batch>\S+) for the two wrong folds",
+        _DEMO_13,
+        "d13a0023",
+        _FOLD,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"La ejecución guardada imprimió (?P<f64>\S+) para el plegado en float64 y (?P<f32>\S+) para "
+        r"el de float32, frente a (?P<own>\S+) de la propia convolución-y-BatchNorm en float32, y "
+        r"(?P<bias>\S+) y (?P<batch>\S+) para los dos plegados erróneos",
+        _DEMO_13,
+        "d13a0023",
+        _FOLD,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"\(the stored run: (?P<rms>[\d.]+) for RMSNorm, (?P<dyt>[\d.]+) for DyT, (?P<derf>[\d.]+) "
+        r"for Derf\)",
+        _DEMO_13,
+        "d13a0028",
+        _NORM_MEDIANS,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"\(la ejecución guardada: (?P<rms>[\d.]+) para RMSNorm, (?P<dyt>[\d.]+) para DyT, "
+        r"(?P<derf>[\d.]+) para Derf\)",
+        _DEMO_13,
+        "d13a0028",
+        _NORM_MEDIANS,
+    ),
+    (
+        "theory/13_other_architectures.md",
+        r"largest logits of (?P<l1>[\d.]+), (?P<l2>[\d.]+) and (?P<l3>[\d.]+) without the clip, and "
+        r"held-out losses of (?P<a1>[\d.]+), (?P<a2>[\d.]+) and (?P<a3>[\d.]+) against "
+        r"(?P<b1>[\d.]+), (?P<b2>[\d.]+) and (?P<b3>[\d.]+) with it\.",
+        _DEMO_13,
+        "d13a0031",
+        _CLIP,
+    ),
+    (
+        "es/theory/13_other_architectures.md",
+        r"mayores logits de (?P<l1>[\d.]+), (?P<l2>[\d.]+) y (?P<l3>[\d.]+) sin el recorte, y "
+        r"pérdidas en datos reservados de (?P<a1>[\d.]+), (?P<a2>[\d.]+) y (?P<a3>[\d.]+) frente a "
+        r"(?P<b1>[\d.]+), (?P<b2>[\d.]+) y (?P<b3>[\d.]+) con él\.",
+        _DEMO_13,
+        "d13a0031",
+        _CLIP,
+    ),
+]
+
+
 def stored_output(notebook: str, cell_id: str) -> str:
     cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
     (cell,) = [c for c in cells if c.get("id") == cell_id]

@@ -862,6 +862,10 @@ GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the fo
     "retropropagación: dx coincide con autograd": "pase hacia atrás",
     "El paso hacia atrás lee x dos veces.": "pase hacia atrás",
     "Parte 1 · RMSNorm hacia delante": "pase hacia adelante",
+    "La compuerta multiplica la rama.": "puerta",
+    "Al fusionar la BatchNorm en la convolución cambia el sesgo.": "plegar; plegado",
+    "El corrimiento se suma tras la escala.": "desplazamiento",
+    "La pérdida en datos retenidos baja.": "datos reservados",
 }
 # Each of these uses a word the glossary watches, rightly: none may be flagged.
 GLOSSARY_ALLOWED = (
