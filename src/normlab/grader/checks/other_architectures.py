@@ -814,13 +814,18 @@ def adaln_init(sub, rng):
 # ----------------------------------------------------------------------------- gated RMSNorm checks
 
 
+def _groups(group_size, d):
+    """A case's groups in words: "one group of 8", "groups of 4"."""
+    return f"one group of {d}" if group_size is None else f"groups of {group_size}"
+
+
 @LAB.check(points=2, uses=["gated_rmsnorm"], seed=133)
 def gated_norm_after(sub, rng):
     """gated RMSNorm, norm_before_gate=True: norm(x) * silu(z), whole rows and groups"""
     for group_size in [None, 4]:
         args = Args(*gated_inputs(rng), eps=GATED_EPS, group_size=group_size,
                     norm_before_gate=True)  # fmt: skip
-        GATED.expect(sub, args, what=f"norm_before_gate=True, group_size={group_size}")
+        GATED.expect(sub, args, what=f"norm_before_gate=True, {_groups(group_size, 8)}")
 
 
 @LAB.check(points=2, uses=["gated_rmsnorm"], seed=134)
@@ -829,7 +834,7 @@ def gated_norm_before(sub, rng):
     for group_size in [None, 2]:
         args = Args(*gated_inputs(rng), eps=GATED_EPS, group_size=group_size,
                     norm_before_gate=False)  # fmt: skip
-        GATED.expect(sub, args, what=f"norm_before_gate=False, group_size={group_size}")
+        GATED.expect(sub, args, what=f"norm_before_gate=False, {_groups(group_size, 8)}")
 
 
 @LAB.check(points=1, uses=["gated_rmsnorm"], seed=135)
@@ -838,7 +843,7 @@ def gated_norm_batched(sub, rng):
     x, z, weight = gated_inputs(rng, rows=6, d=12)
     args = Args(x.reshape(2, 3, 12), z.reshape(2, 3, 12), weight, eps=GATED_EPS, group_size=4,
                 norm_before_gate=False)  # fmt: skip
-    GATED.expect(sub, args, what="x of shape (2, 3, 12), group_size=4")
+    GATED.expect(sub, args, what="x of shape (2, 3, 12), groups of 4")
 
 
 # ----------------------------------------------------------------------------- GRN checks
@@ -861,16 +866,20 @@ def conv_bn(sub, rng):
     weight, bias, gamma, beta, mean, var = conv_bn_inputs(rng)
     x = rng.normal(2.0, 3.0, size=(2, 4, 6, 6))
     args = Args(x, weight, bias, gamma, beta, mean, var, eps=BN_EPS)
-    CONV_BN.expect(sub, args, what="x of shape (2, 4, 6, 6), a 3x3 convolution with a bias")
+    CONV_BN.expect(
+        sub, args, what="x of shape (2, 4, 6, 6), a convolution (4, 4, 3, 3) with a bias"
+    )
     args = Args(x[:1, :3], weight[:, :3, :1, :1], None, gamma, beta, mean, var, eps=BN_EPS)
-    CONV_BN.expect(sub, args, what="x of shape (1, 3, 6, 6), a 1x1 convolution without a bias")
+    CONV_BN.expect(
+        sub, args, what="x of shape (1, 3, 6, 6), a convolution (4, 3, 1, 1) without a bias"
+    )
 
 
 @LAB.check(points=2, uses=["fold_batchnorm"], seed=138)
 def fold_with_bias(sub, rng):
     """BatchNorm folded into a convolution with a bias"""
     args = Args(*conv_bn_inputs(rng), eps=BN_EPS)
-    FOLD.expect(sub, args, what="a 3x3 convolution (4, 4, 3, 3) with a bias")
+    FOLD.expect(sub, args, what="a convolution (4, 4, 3, 3) with a bias")
 
 
 @LAB.check(points=1, uses=["fold_batchnorm"], seed=139)
@@ -878,7 +887,7 @@ def fold_without_bias(sub, rng):
     """BatchNorm folded into a convolution without a bias (bias=None, as before a BatchNorm)"""
     weight, _, gamma, beta, mean, var = conv_bn_inputs(rng, out_channels=5, in_channels=3)
     args = Args(weight, None, gamma, beta, mean, var, eps=BN_EPS)
-    FOLD.expect(sub, args, what="a 3x3 convolution (5, 3, 3, 3) without a bias")
+    FOLD.expect(sub, args, what="a convolution (5, 3, 3, 3) without a bias")
 
 
 # ----------------------------------------------------------------------------- Derf checks
