@@ -220,8 +220,8 @@ RIGHT = {
     "qk_max_logits": max_logits(),
     "qk_clip": qk_clip(),
     "ADALN_GRAD_ANSWER": "b",
-    "FOLD_ANSWER": "(b)",
-    "QK_CLIP_ANSWER": "B",
+    "FOLD_ANSWER": "(d)",
+    "QK_CLIP_ANSWER": "A",
 }
 
 
@@ -403,8 +403,8 @@ def test_a_bug_no_probe_names_still_fails():
 
 @pytest.mark.parametrize(
     "name, wrong",
-    [("ADALN_GRAD_ANSWER", "a"), ("ADALN_GRAD_ANSWER", "d"), ("FOLD_ANSWER", "c"),
-     ("QK_CLIP_ANSWER", "a"), ("QK_CLIP_ANSWER", "d")],
+    [("ADALN_GRAD_ANSWER", "a"), ("ADALN_GRAD_ANSWER", "d"), ("FOLD_ANSWER", "b"),
+     ("QK_CLIP_ANSWER", "b"), ("QK_CLIP_ANSWER", "d")],
 )  # fmt: skip
 def test_a_wrong_letter_gets_its_misconception(name, wrong):
     why = getattr(lab, name.replace("_ANSWER", "_WHY"))
@@ -413,5 +413,5 @@ def test_a_wrong_letter_gets_its_misconception(name, wrong):
 
 
 def test_two_letters_are_told_so():
-    text = messages(run(FOLD_ANSWER="b or c"))
-    assert text and "b" in text
+    text = messages(run(FOLD_ANSWER="d or c"))
+    assert text and "d" in text

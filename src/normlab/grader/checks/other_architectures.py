@@ -965,9 +965,9 @@ choice(
 FOLD_WHY = {
     "a": "This bias forgets the convolution's own bias b: it passes through the BatchNorm too, "
     "(b - mean) * gamma / sqrt(var) + beta.",
-    "c": "This factor is gamma / var: BatchNorm divides by the standard deviation, "
+    "b": "This factor is gamma / var: BatchNorm divides by the standard deviation, "
     "sqrt(16) = 4, not by the variance.",
-    "d": "This bias was not scaled: b - mean is multiplied by gamma / sqrt(var) = 0.5 before "
+    "c": "This bias was not scaled: b - mean is multiplied by gamma / sqrt(var) = 0.5 before "
     "beta is added.",
 }
 
@@ -976,14 +976,14 @@ choice(
     "problem 2: the folded weight and bias of one channel (multiple choice)",
     points=1,
     name="FOLD_ANSWER",
-    key="b",
+    key="d",
     hint="Write BN(conv(x)) = gamma * (W x + b - mean) / sqrt(var) + beta as W' x + b' and "
     "read off W' and b'.",
     why=FOLD_WHY,
 )
 
 QK_CLIP_WHY = {
-    "a": "Multiplying W_q and W_k by tau / S_max each shrinks the logit, a product of q and k, "
+    "b": "Multiplying W_q and W_k by tau / S_max each shrinks the logit, a product of q and k, "
     "by (tau / S_max)**2 = 1/16: the head would be capped at 25, far below tau.",
     "c": "W_v does not enter the logits: QK-Clip leaves it alone, and scaling it would change "
     "what the head returns, not its softmax.",
@@ -996,7 +996,7 @@ choice(
     "problem 3: how QK-Clip rescales a head whose largest logit is 400 (multiple choice)",
     points=1,
     name="QK_CLIP_ANSWER",
-    key="b",
+    key="a",
     hint="The logit is (x W_q) . (x W_k) / sqrt(head_dim): find the factor on the logit that "
     "brings 400 down to tau = 100, then split it between the two matrices as Kimi K2 does.",
     why=QK_CLIP_WHY,
