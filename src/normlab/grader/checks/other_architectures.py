@@ -659,9 +659,10 @@ CLIP_PROBES = [
     ),
     Probe(
         "every head by the largest logit's factor",
-        "This matches every head scaled by tau / max over heads of S_max: QK-Clip is per head. "
-        "A head whose S_max is at most tau keeps its weights, and each head above tau gets its "
-        "own factor tau / S_max^h.",
+        "This matches every head scaled by tau / max over heads of S_max, a clip per layer: "
+        "QK-Clip is per head (a clip per layer also shrinks the heads whose logits were not "
+        "growing, see the chapter). A head whose S_max is at most tau keeps its weights, and "
+        "each head above tau gets its own factor tau / S_max^h.",
         _clip_variant(heads="global"),
     ),
     Probe(
