@@ -356,6 +356,10 @@ def run(grading: Grading) -> None:
 
     with contextlib.ExitStack() as stack:
         submission = stack.enter_context(child(grading.cells))
+        # Its start-up and cells run while the grader may still be importing the oracle's
+        # library (``import_oracle_in_background``), which the checks need.
+        submission.start_early()
+        wait_for_oracle()
         graded, companion = submission, None
         if lab.companion is not None:  # started at its first call, in a process of its own
             companion = stack.enter_context(child(lab.companion.cells(grading.cells)))
@@ -627,6 +631,33 @@ def import_oracle_library() -> None:
         import torch  # noqa: F401
     except Exception:  # noqa: BLE001 -- absent or broken: each check that needs it says so
         pass
+
+
+#: the import started by ``import_oracle_in_background``, if any (one per run)
+_oracle_import: threading.Thread | None = None
+
+
+def import_oracle_in_background() -> None:
+    """Start importing the oracle's library (PyTorch) in a thread of its own; return at once.
+
+    For one notebook graded alone: that import is most of what such a run costs (a second or
+    more of CPU), and nothing before the first check needs it, while the probes of the
+    isolation and the child's start-up and cells are other processes that this one only waits
+    for. So the import runs beside them, on another core where one is free; the checks begin
+    once it is done (``wait_for_oracle``). Nothing else here imports any of PyTorch meanwhile:
+    a second thread that imports a submodule (``torch.nn.functional``) while the first is
+    still importing ``torch`` does not wait for it, and can crash the grader. Not a daemon: the
+    interpreter does not exit in the middle of the import.
+    """
+    global _oracle_import
+    _oracle_import = threading.Thread(target=import_oracle_library, name="normlab-oracle-import")
+    _oracle_import.start()
+
+
+def wait_for_oracle() -> None:
+    """Return once ``import_oracle_in_background``'s import is done (at once without one)."""
+    if _oracle_import is not None:
+        _oracle_import.join()
 
 
 def probe_isolation(settings: Settings, import_oracle: bool = False) -> Isolation:
