@@ -1387,32 +1387,34 @@ def test_classmates_graded_beside_setsid_spinners_keep_their_marks(tmp_path, mod
     groups = {group for group, _ in spinners.values()}
     assert len(groups) == 1 and "/normlab-" in next(iter(groups)), groups
     assert len({session for _, session in spinners.values()}) > 100  # each in its own session
-    again = subprocess.run(grade_command(tmp_path, mode, *extra), capture_output=True, text=True)
+    again = grade_here(tmp_path, mode, *extra)  # in this process: no second import of PyTorch
     assert "reused 4 unchanged" in again.stderr, again.stderr[-2000:]
 
 
-# A cell that needs 2 s of its process's CPU time, and one that sleeps forever.
-NEEDS_TWO_CPU_SECONDS = (
-    "import time\nstart = time.process_time()\nwhile time.process_time() - start < 2.0:\n    pass"
+# A cell that needs 1 s of its process's CPU time, and one that sleeps forever.
+NEEDS_ONE_CPU_SECOND = (
+    "import time\nstart = time.process_time()\nwhile time.process_time() - start < 1.0:\n    pass"
 )
 SLEEPS_FOREVER = "import time\ntime.sleep(100_000)"
-# The solution's forward pass, whose first call first needs 2 s of its process's CPU time.
+# The solution's forward pass, whose first call first needs 1 s of its process's CPU time.
 SLOW_FIRST_CALL = (
     "import time\n_solution_forward, _first = layernorm_forward, [True]\n"
     "def layernorm_forward(*args, **kwargs):\n"
     "    if _first.pop() if _first else False:\n"
     "        start = time.process_time()\n"
-    "        while time.process_time() - start < 2.0:\n"
+    "        while time.process_time() - start < 1.0:\n"
     "            pass\n"
     "    return _solution_forward(*args, **kwargs)"
 )
-# Each cell's and call's budget 5 s of the submission's own time, its wall-time backstop four
-# times that: 20 s, in which a twentieth of a core (``cpus=0.05``) runs 1 s of CPU at most.
+# Each cell's and call's budget 2.5 s of the submission's own time, its wall-time backstop four
+# times that: 10 s, in which a twentieth of a core (``cpus=0.05``) runs 0.5 s of CPU at most.
+# (Every figure here is half what it was, the margins the same: cells and calls of 2 s of CPU,
+# budgets of 5 s and a backstop of 20 s proved the same in twice the time.)
 SHORT_BACKSTOP = [
     "--limit=cell_timeout_share=0.001",
-    "--limit=min_cell_timeout=5",
+    "--limit=min_cell_timeout=2.5",
     "--limit=wall_backstop=4",
-    "--limit=call_timeout=5",
+    "--limit=call_timeout=2.5",
 ]
 # ... and on a whole core, a backstop that no load reaches before the budget
 GENEROUS_BACKSTOP = [*SHORT_BACKSTOP, "--limit=wall_backstop=100"]
@@ -1422,21 +1424,21 @@ GENEROUS_BACKSTOP = [*SHORT_BACKSTOP, "--limit=wall_backstop=100"]
 @pytest.mark.parametrize("mode", MODES)
 def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students(tmp_path, mode):
     """Three notebooks, the solution plus one cell each, graded with each cell's and call's
-    budget 5 s of the submission's own time and a wall-time backstop of four times that, on a
+    budget 2.5 s of the submission's own time and a wall-time backstop of four times that, on a
     machine so busy that the submission gets a twentieth of a core at most (its CPU quota,
-    ``cpus=0.05``: its processes wait for a CPU 95% of the time). A cell that needs 2 s of CPU
-    (40 s of wall time there, at least) reaches its 20 s backstop with 1 s of its own time used
-    at most: stopped as the machine being too busy, never put on the student's code, and not
-    cached, so the next run grades it again. A cell that sleeps forever uses no CPU, yet its
-    own wall time runs on (a sleep is not a wait for a CPU): at 5 s it is the student's ("ran
+    ``cpus=0.05``: its processes wait for a CPU 95% of the time). A cell that needs 1 s of CPU
+    (20 s of wall time there, at least) reaches its 10 s backstop with 0.5 s of its own time
+    used at most: stopped as the machine being too busy, never put on the student's code, and
+    not cached, so the next run grades it again. A cell that sleeps forever uses no CPU, yet its
+    own wall time runs on (a sleep is not a wait for a CPU): at 2.5 s it is the student's ("ran
     out of time"), whatever the machine's load, and cached. A forward pass whose first call
-    needs 2 s of CPU is stopped at that call's backstop as the machine's too: that one check
+    needs 1 s of CPU is stopped at that call's backstop as the machine's too: that one check
     fails with the machine named, the others pass, and it is not cached. Given a whole core
     (and a backstop no load reaches first), neither the cell nor the call is any problem: full
     marks, no error."""
     folder = tmp_path / "class"
     folder.mkdir()
-    cells = {"slowed": NEEDS_TWO_CPU_SECONDS, "sleeper": SLEEPS_FOREVER, "call": SLOW_FIRST_CALL}
+    cells = {"slowed": NEEDS_ONE_CPU_SECOND, "sleeper": SLEEPS_FOREVER, "call": SLOW_FIRST_CALL}
     for name, cell in cells.items():
         notebook = nbformat.read(SOLUTION, as_version=4)
         notebook.cells.append(nbformat.v4.new_code_cell(cell))
@@ -1515,10 +1517,11 @@ def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode):
     (first,) = json.loads(stdout)["submissions"]
     assert "sent by neither the grader nor a limit" in first["error"], first["error"]
     assert first["score"] < FULL
-    second = subprocess.run(grade_command(folder, mode, *extra), capture_output=True, text=True)
+    # the next runs in this process: a new one would import PyTorch again for nothing
+    second = grade_here(folder, mode, *extra)
     assert "reused 0 unchanged" in second.stderr, second.stderr[-2000:]
     assert json.loads(second.stdout)["submissions"][0]["score"] == FULL
-    third = subprocess.run(grade_command(folder, mode, *extra), capture_output=True, text=True)
+    third = grade_here(folder, mode, *extra)
     assert "reused 1 unchanged" in third.stderr, third.stderr[-2000:]
 
 
