@@ -150,9 +150,10 @@ def missing_extra(stem: str) -> str:
 # unit of their own under `make test`'s --dist loadfile, the rest of the file (sandbox mode and
 # the tests without a mode) another: test_adversarial.py grades its corpus once per mode (a module
 # fixture per mode), and both modes in one worker made that one file the whole run's critical
-# path (about 290 s of wall alone). Each unit still builds its own mode's fixtures once; the two
-# came out about even (the corpus grading is the longer in the processes mode, which also has the
-# spinners, and the tests without a mode take about 20 s).
+# path (about 290 s of wall alone). Each unit still builds its own mode's fixtures once. The
+# processes mode's longest tests are the busy loops' (a full core beside eight loops, in that mode
+# only: it is named so, to run in that unit) and the slowed solutions' (in both modes; the
+# sandbox's fresh interpreters import their libraries slowed too).
 SPLIT_BY_MODE = ("tests/test_adversarial.py",)
 PROCESSES_ID = re.compile(r"\[processes[\]-]")
 

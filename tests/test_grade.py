@@ -72,9 +72,12 @@ def test_usage_errors_exit_nonzero(tmp_path):
     assert code == 2 and "no notebooks" in stderr
 
 
-def test_an_isolation_that_cannot_be_had_is_a_usage_error_from_the_probes_thread(monkeypatch):
-    """The probes run beside the grader's import of PyTorch (``grade.probe_isolation``), in a
-    thread of their own; what they refuse still stops the command with its reason."""
+@pytest.mark.parametrize("how", ["alone", "class"])
+def test_an_isolation_that_cannot_be_had_is_a_usage_error_beside_the_import(monkeypatch, how):
+    """The probes run beside the grader's import of PyTorch: for a class, in a thread of their
+    own while this one imports it (``grade.probe_isolation``); for one notebook, here, while a
+    thread of its own imports it (``grade.import_oracle_in_background``). Either way, what they
+    refuse still stops the command with its reason."""
     import threading
 
     from normlab.grader import grade as grade_module
@@ -87,10 +90,11 @@ def test_an_isolation_that_cannot_be_had_is_a_usage_error_from_the_probes_thread
         raise IsolationError("no isolation to be had here (a test's)")
 
     monkeypatch.setattr(grade_module, "choose_isolation", refused)
-    code, data, stderr = grade(SOLUTION)
+    paths, extra = ([SOLUTION], ()) if how == "alone" else ([SOLUTION, LAB], ("--jobs", "2"))
+    code, data, stderr = grade(*paths, extra=extra)
     assert (code, data) == (2, {})
     assert "normlab grade: no isolation to be had here (a test's)" in stderr
-    assert probed_in and probed_in[0] is not threading.current_thread()
+    assert (probed_in[0] is threading.current_thread()) == (how == "alone")
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +273,73 @@ def test_parallel_workers_do_not_crash_the_grader():
     assert "torch imported by MainThread" in done.stderr.splitlines()
     data = json.loads(done.stdout)
     assert [s["score"] == s["max_score"] for s in data["submissions"]] == [True, False]
+
+
+# A grader run in a fresh process whose import of PyTorch cannot run its package's code before
+# the child has run the notebook's cells (or two minutes have passed): it records what happened.
+ORDER_OF_START = """
+import json, sys, threading
+from importlib.abc import MetaPathFinder
+from importlib.machinery import PathFinder
+from normlab.grader import core
+from normlab.grader.isolation import sandbox
+
+events, ready = [], threading.Event()
+start_early, run_checks = sandbox.ChildSubmission.start_early, core.run_checks
+
+def recorded_start(self):
+    start_early(self)
+    events.append("cells run")
+    ready.set()
+
+def recorded_checks(*args, **kwargs):
+    events.append("checks")
+    return run_checks(*args, **kwargs)
+
+class Held:  # runs the package's code once the child has run the cells (the import lock held)
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        events.append("import in " + threading.current_thread().name)
+        events.append("import went on" if ready.wait(120) else "import waited in vain")
+        self.loader.exec_module(module)
+
+class HeldImport(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = PathFinder.find_spec(name, path)
+        spec.loader = Held(spec.loader)
+        return spec
+
+sandbox.ChildSubmission.start_early, core.run_checks = recorded_start, recorded_checks
+sys.meta_path.insert(0, HeldImport())
+from normlab.cli import main
+code = main(sys.argv[1:])
+print(json.dumps(events), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_one_notebook_runs_its_cells_while_the_grader_imports_pytorch():
+    """One notebook graded alone: the grader imports PyTorch (its oracle) in a thread of its
+    own, beside the probes and the child's start-up and cells, and the checks begin once it is
+    done. Watched in a fresh process whose import of PyTorch is held until the child has run
+    the notebook's cells: the import goes on (before, the grader imported it before it started
+    any child, and waited in vain), the checks come after both, and the grade is full."""
+    command = [sys.executable, "-c", ORDER_OF_START, "grade", str(SOLUTION), "--json"]
+    done = subprocess.run([*command, "--jobs", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = json.loads(done.stderr.splitlines()[-1])
+    assert {"import in normlab-oracle-import", "import went on"} <= set(events), events
+    assert events.index("checks") > max(events.index("cells run"), events.index("import went on"))
+    (submission,) = json.loads(done.stdout)["submissions"]
+    assert (submission["score"], submission["error"]) == (FULL, None)
 
 
 def test_the_documented_limits_are_the_limits():

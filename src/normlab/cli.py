@@ -97,6 +97,7 @@ def _grade_plan(args):
         UsageError,
         default_jobs,
         find_submissions,
+        import_oracle_in_background,
         parse_limit_overrides,
         probe_isolation,
     )
@@ -122,12 +123,16 @@ def _grade_plan(args):
         overrides=parse_limit_overrides(args.limit or []),
     )
     # PyTorch is imported while the probes run, unless the cache may answer for every notebook
-    # (a run that grades one notebook at a time imports it only when a check needs it).
+    # (a run that grades one notebook at a time imports it only when a check needs it). For a
+    # class, before grading starts (its worker threads then never import it); one notebook at a
+    # time is graded while it is imported (its child's start-up and cells overlap the import).
     cache = _cache_path(args)
     jobs = args.jobs or default_jobs()
     reusable = cache is not None and cache.exists() and not args.force
-    import_oracle = not reusable or (jobs > 1 and len(entries) > 1)
-    isolation = probe_isolation(settings, import_oracle)
+    one_at_a_time = jobs == 1 or len(entries) == 1
+    if not reusable and one_at_a_time:
+        import_oracle_in_background()
+    isolation = probe_isolation(settings, import_oracle=not one_at_a_time)
     return entries, positions, total, settings, isolation
 
 

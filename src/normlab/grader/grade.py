@@ -356,6 +356,11 @@ def run(grading: Grading) -> None:
 
     with contextlib.ExitStack() as stack:
         submission = stack.enter_context(child(grading.cells))
+        # Its start-up and cells run while the grader may still be importing the oracle's
+        # library (``import_oracle_in_background``), which the checks need.
+        submission.start_early()
+        wait_for_oracle()
+        one_oracle_thread()  # where PyTorch was imported some other way (a check's own import)
         graded, companion = submission, None
         if lab.companion is not None:  # started at its first call, in a process of its own
             companion = stack.enter_context(child(lab.companion.cells(grading.cells)))
@@ -626,7 +631,47 @@ def import_oracle_library() -> None:
     try:
         import torch  # noqa: F401
     except Exception:  # noqa: BLE001 -- absent or broken: each check that needs it says so
-        pass
+        return
+    one_oracle_thread()
+
+
+def one_oracle_thread() -> None:
+    """The oracle computes on one thread, where PyTorch is imported. Its arrays are small, and
+    PyTorch's default, a thread per core, made each of its operations wait for a second thread
+    to get a core: on a busy 2-core machine 24 ms per ``F.layer_norm`` of 64 x 32 (0.01 ms on
+    one thread), 0.7 s of a LayerNorm notebook's checks; ``--jobs`` already grades one
+    submission per core."""
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "get_num_threads", None) is not None:
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+
+
+#: the import started by ``import_oracle_in_background``, if any (one per run)
+_oracle_import: threading.Thread | None = None
+
+
+def import_oracle_in_background() -> None:
+    """Start importing the oracle's library (PyTorch) in a thread of its own; return at once.
+
+    For one notebook graded alone: that import is most of what such a run costs (a second or
+    more of CPU), and nothing before the first check needs it, while the probes of the
+    isolation and the child's start-up and cells are other processes that this one only waits
+    for. So the import runs beside them, on another core where one is free; the checks begin
+    once it is done (``wait_for_oracle``). Nothing else here imports any of PyTorch meanwhile:
+    a second thread that imports a submodule (``torch.nn.functional``) while the first is
+    still importing ``torch`` does not wait for it, and can crash the grader. Not a daemon: the
+    interpreter does not exit in the middle of the import.
+    """
+    global _oracle_import
+    _oracle_import = threading.Thread(target=import_oracle_library, name="normlab-oracle-import")
+    _oracle_import.start()
+
+
+def wait_for_oracle() -> None:
+    """Return once ``import_oracle_in_background``'s import is done (at once without one)."""
+    if _oracle_import is not None:
+        _oracle_import.join()
 
 
 def probe_isolation(settings: Settings, import_oracle: bool = False) -> Isolation:
