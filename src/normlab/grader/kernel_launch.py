@@ -451,22 +451,25 @@ def guard_launches() -> None:
     load, store = builder_class.create_masked_load, builder_class.create_masked_store
     rmw, cas = builder_class.create_atomic_rmw, builder_class.create_atomic_cas
 
-    def guarded_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # Only the leading arguments (the pointers and the mask) are read; the cache and eviction
+    # arguments after them differ between Triton releases (3.8 passes cache_modifier and
+    # eviction_policy where 3.9 passes one cache_policy) and are handed on as they came.
+    def guarded_load(self, ptrs, mask, *rest):
         GUARD.check(self, ptrs, mask, "load")
-        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return load(self, ptrs, mask, *rest)
 
-    def guarded_store(self, ptrs, value, mask, cache_policy):
+    def guarded_store(self, ptrs, value, mask, *rest):
         GUARD.check(self, ptrs, mask, "store")
-        return store(self, ptrs, value, mask, cache_policy)
+        return store(self, ptrs, value, mask, *rest)
 
-    def guarded_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+    def guarded_rmw(self, rmw_op, ptr, val, mask, *rest):
         GUARD.check(self, ptr, mask, "atomic_add")
-        return rmw(self, rmw_op, ptr, val, mask, sem, scope)
+        return rmw(self, rmw_op, ptr, val, mask, *rest)
 
-    def guarded_cas(self, ptr, cmp, val, sem, scope):
+    def guarded_cas(self, ptr, cmp, val, *rest):
         everything = types.SimpleNamespace(data=np.ones(np.shape(ptr.data), bool))
         GUARD.check(self, ptr, everything, "atomic_cas")
-        return cas(self, ptr, cmp, val, sem, scope)
+        return cas(self, ptr, cmp, val, *rest)
 
     builder_class.create_masked_load = guarded_load
     builder_class.create_masked_store = guarded_store
