@@ -1,11 +1,12 @@
 """Chapter 12's stored sweep stays reproducible: one configuration re-run briefly here agrees with
 ``benchmarks/results/lm_sweep.json``, and the file holds every run the chapter quotes.
 
-The tolerance: the first 30 training losses of Pre-LN at lr 3e-3, seed 0, each within 0.02 nats
-of the stored ones, and the largest attention logit within 2% + 0.05. A change of the model, the
-data, the batches, the initialization or the optimizer moves the loss by more than that within a
-few steps (the first losses fall from 5.5 by about 0.1 a step); a different CPU kernel
-(ATEN_CPU_CAPABILITY) or torch version moves them by less than 1e-3 over 30 steps.
+The configuration: Post-LN with warmup at lr 3e-3, seed 0, its first 30 steps (the warmup keeps
+them smooth). The tolerance: each training loss within 0.005 nats of the stored one, the largest
+attention logit within 2% + 0.05. Measured: under ATEN_CPU_CAPABILITY=default and =avx2 the 30
+losses equal the stored ones to 4 decimals; seed 1 differs by up to 0.046 and Pre-LN by 2.3, which
+the last test checks. (Pre-LN's own first steps are no reference: its loss spikes near step 24,
+and there the two CPU kernels differ by 0.4 and 1.3 nats.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import lm_sweep  # noqa: E402
 from lm12 import load  # noqa: E402
 
 RESULTS = json.loads(lm_sweep.RESULTS.read_text())
-STEPS, LOSS_TOLERANCE = 30, 0.02
+STEPS, LOSS_TOLERANCE = 30, 0.005
+REFERENCE = "post-3e-3-warmup"
 
 
 def stored(name, seed=0):
@@ -41,7 +43,7 @@ def test_the_results_hold_every_configuration_and_seed():
 
 
 def test_one_configuration_re_run_briefly_agrees_with_the_stored_one():
-    run = stored("pre-3e-3")
+    run = stored(REFERENCE)
     torch.set_num_threads(1)
     _, record = load().train(seed=0, **{**run["changes"], "steps": STEPS})
     for step, (new, old) in enumerate(zip(record["loss"], run["loss"][:STEPS], strict=True)):
@@ -55,9 +57,9 @@ def test_one_configuration_re_run_briefly_agrees_with_the_stored_one():
 
 
 def test_the_comparison_fails_for_another_configuration():
-    """The tolerance is tight enough to tell Pre-LN from Post-LN and seed 0 from seed 1."""
+    """The tolerance is tight enough to tell seed 0 from seed 1, and Post-LN from Pre-LN."""
     torch.set_num_threads(1)
-    _, record = load().train(seed=0, placement="pre", steps=STEPS)
-    for other in (stored("post-3e-3"), stored("pre-3e-3", seed=1)):
+    _, record = load().train(seed=0, **{**stored(REFERENCE)["changes"], "steps": STEPS})
+    for other in (stored(REFERENCE, seed=1), stored("pre-3e-3")):
         gaps = [abs(a - b) for a, b in zip(record["loss"], other["loss"][:STEPS], strict=True)]
         assert max(gaps) > 5 * LOSS_TOLERANCE
