@@ -410,6 +410,29 @@ QUOTED_OUTPUTS += [
     ),
 ]
 
+_LOGITS = (
+    r"pre  lr 0.01   no warmup: largest logit (?P<pre>\d+) \[(?P<low>\d+), (?P<high>\d+)\].*\n"
+    r".*QK-norm  lr 0.01   no warmup: largest logit (?P<qk>\d+) \["
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/12_language_model.md",
+        r"a peak of (?P<pre>\d+) over the 400 steps \(median of the 3 seeds; \[(?P<low>\d+), "
+        r"(?P<high>\d+)\]\)\. .* With QK-norm the peak was (?P<qk>\d+) \[",
+        "notebooks/12_language_model.ipynb",
+        "lm12-14-qk-sweep",
+        _LOGITS,
+    ),
+    (
+        "es/theory/12_language_model.md",
+        r"llegó a un máximo de (?P<pre>\d+) a lo largo de los 400 pasos \(mediana de las 3 "
+        r"semillas; \[(?P<low>\d+), (?P<high>\d+)\]\)\. .* QK-norm el máximo fue (?P<qk>\d+) \[",
+        "notebooks/12_language_model.ipynb",
+        "lm12-14-qk-sweep",
+        _LOGITS,
+    ),
+]
+
 
 _DEMO_13 = "notebooks/13_other_architectures.ipynb"
 _GATE_ORDER = (

@@ -866,6 +866,10 @@ GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the fo
     "Al fusionar la BatchNorm en la convolución cambia el sesgo.": "plegar; plegado",
     "El corrimiento se suma tras la escala.": "desplazamiento",
     "La pérdida en datos retenidos baja.": "datos reservados",
+    "La corriente residual crece con la profundidad.": "flujo residual",
+    "Post-LN se atasca en 3.1 nats.": "estancarse",
+    "Un modelo atascado no aprende.": "estancarse",
+    "El mayor logit de la atención crece.": "logit de atención",
 }
 # Each of these uses a word the glossary watches, rightly: none may be flagged.
 GLOSSARY_ALLOWED = (

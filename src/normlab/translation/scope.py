@@ -20,6 +20,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "09_modern_norms",
     "10_low_precision",
     "11_triton_kernels",
+    "12_language_model",
     "13_other_architectures",
 )
 
