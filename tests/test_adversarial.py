@@ -301,7 +301,12 @@ def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
         assert (solution["score"], solution["error"]) == (lab.max_score, None), solution
         assert fresh["score"] == 0, fresh
     hidden = [stem for stem, lab in labs.items() if not lab.torch]
-    assert set(labs) - set(hidden) == {"06_pre_post_ln", "09_modern_norms", "11_triton_kernels"}
+    assert set(labs) - set(hidden) == {
+        "06_pre_post_ln",
+        "09_modern_norms",
+        "11_triton_kernels",
+        "12_language_model",
+    }
 
 
 # A test that slows its submissions tenfold on purpose runs under `make test`, whose own load
