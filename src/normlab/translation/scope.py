@@ -20,6 +20,7 @@ SPANISH_CHAPTERS: tuple[str, ...] = (
     "09_modern_norms",
     "10_low_precision",
     "11_triton_kernels",
+    "12_language_model",
 )
 
 # The course's start page (Markdown, opened rendered); the Spanish one is es/START_HERE.md.
