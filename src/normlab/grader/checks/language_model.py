@@ -50,14 +50,6 @@ _t = tensor64  # a float64 tensor; a tensor stays itself (it may be a leaf that 
 # ----------------------------------------------------------------------------- the norms
 
 
-def _rms_forward(x, weight, eps, eps_where="inside", centre=False, reduce="mean", gain=True):
-    if centre:
-        x = x - x.mean(-1, keepdim=True)
-    square = x.pow(2).mean(-1, keepdim=True) if reduce == "mean" else x.pow(2).sum(-1, True)
-    rms = (square + eps).sqrt() if eps_where == "inside" else square.sqrt() + eps
-    return x / rms * weight if gain else x / rms
-
-
 def _autograd(forward, inputs, dy):
     """(y, then the gradient of sum(dy * y) for each of ``inputs``), by autograd in float64."""
     leaves = [_t(a, requires_grad=True) for a in inputs]
@@ -73,11 +65,19 @@ def oracle_rmsnorm_call(x, weight, dy, eps):
     return _autograd(lambda xt, wt: F.rms_norm(xt, (xt.shape[-1],), wt, eps), (x, weight), dy)
 
 
-def _rms_variant(**options):
-    """(y, dx, dweight) of an RMSNorm whose forward has a bug, differentiated by autograd."""
+def _rms_variant(eps_where="inside", centre=False, reduce="mean", gain=True):
+    """(y, dx, dweight) of an RMSNorm whose forward has a bug, differentiated by autograd. (The
+    forward lives inside: a module-level RMSNorm would be an answer the edition ships.)"""
+
+    def forward(x, weight, eps):
+        if centre:
+            x = x - x.mean(-1, keepdim=True)
+        square = x.pow(2).mean(-1, keepdim=True) if reduce == "mean" else x.pow(2).sum(-1, True)
+        rms = (square + eps).sqrt() if eps_where == "inside" else square.sqrt() + eps
+        return x / rms * weight if gain else x / rms
 
     def call(x, weight, dy, eps):
-        return _autograd(lambda xt, wt: _rms_forward(xt, wt, eps, **options), (x, weight), dy)
+        return _autograd(lambda xt, wt: forward(xt, wt, eps), (x, weight), dy)
 
     return call
 
@@ -164,13 +164,6 @@ RMS_PROBES = [
 ]
 
 
-def _ln_forward(x, weight, bias, eps, ddof=0, eps_where="inside", swapped=False):
-    centred = x - x.mean(-1, keepdim=True)
-    var = centred.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - ddof)
-    x_hat = centred / ((var + eps).sqrt() if eps_where == "inside" else var.sqrt() + eps)
-    return x_hat * bias + weight if swapped else x_hat * weight + bias
-
-
 def oracle_layernorm_call(x, weight, bias, dy, eps):
     import torch.nn.functional as F
 
@@ -180,12 +173,17 @@ def oracle_layernorm_call(x, weight, bias, dy, eps):
     return _autograd(forward, (x, weight, bias), dy)
 
 
-def _ln_variant(**options):
-    def call(x, weight, bias, dy, eps):
-        def forward(xt, wt, bt):
-            return _ln_forward(xt, wt, bt, eps, **options)
+def _ln_variant(ddof=0, eps_where="inside", swapped=False):
+    """(y, dx, dweight, dbias) of a LayerNorm whose forward has a bug, by autograd."""
 
-        return _autograd(forward, (x, weight, bias), dy)
+    def forward(x, weight, bias, eps):
+        centred = x - x.mean(-1, keepdim=True)
+        var = centred.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - ddof)
+        x_hat = centred / ((var + eps).sqrt() if eps_where == "inside" else var.sqrt() + eps)
+        return x_hat * bias + weight if swapped else x_hat * weight + bias
+
+    def call(x, weight, bias, dy, eps):
+        return _autograd(lambda xt, wt, bt: forward(xt, wt, bt, eps), (x, weight, bias), dy)
 
     return call
 
@@ -273,7 +271,7 @@ LN_PROBES = [
 # ----------------------------------------------------------------------------- the block
 
 
-def _rms(x, gain, over="head_dim"):
+def _rms(x, gain, over):
     """RMSNorm (eps EPS) of x; for (B, H, L, hd) heads, over "head_dim", "heads", "sequence"
     or "d_model" (every head of a token together); the gain multiplies the last dimension."""
     import torch.nn.functional as F
@@ -349,8 +347,8 @@ def block_oracle(rule, qk, x, params, dyt_options=None):
         x = RULES[rule](
             x,
             sublayer,
-            lambda h, i=i: _rms(h, p["norm"][i]),
-            lambda h, i=i: _rms(h, p["norm_out"][i]),
+            lambda h, i=i: _rms(h, p["norm"][i], "head_dim"),
+            lambda h, i=i: _rms(h, p["norm_out"][i], "head_dim"),
             lambda h, i=i: _dyt(
                 h, p["dyt_alpha"][i], p["norm"][i], p["dyt_beta"][i], **(dyt_options or {})
             ),  # fmt: skip
@@ -500,7 +498,7 @@ BLOCK_PROBES = [
 def oracle_final_output(placement, x, final_norm, final_alpha, final_beta):
     x = _t(x)
     if placement in ("pre", "peri"):
-        return _rms(x, _t(final_norm)).numpy()
+        return _rms(x, _t(final_norm), "head_dim").numpy()
     if placement == "dyt":
         return _dyt(x, float(final_alpha), _t(final_norm), _t(final_beta)).numpy()
     return x.numpy()
@@ -511,7 +509,7 @@ def _final_probe(name, hint, kind):
         x = _t(x)
         if kind == "none":
             return x.numpy()
-        return _rms(x, _t(final_norm)).numpy()
+        return _rms(x, _t(final_norm), "head_dim").numpy()
 
     return Probe(name, hint, compute)
 
