@@ -281,7 +281,7 @@ def test_another_students_file_cannot_be_read(corpus_run):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
-    """NumPy labs graded without PyTorch (under the sandbox), labs 06, 09 and 11 with it: each
+    """NumPy labs graded without PyTorch (under the sandbox), labs 06, 09, 11 and 12 with it: each
     solution earns every point with no error, each fresh lab none."""
     from normlab.grader.registry import all_labs
 

@@ -402,3 +402,83 @@ def test_a_wrong_letter_gets_its_misconception(name, wrong, why):
 
 def test_two_letters_are_told_so():
     assert "more than one option" in messages(run(LM_PERI_ANSWER="a or c"))
+
+
+# ----------------------------------------------------------------------------- normlab grade
+
+NOTEBOOK_HEAD = """
+import torch
+
+
+class Context:
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+def lm_rmsnorm_call(x, weight, dy, eps):
+    ctx = Context()
+    y = RMSNormFunction.forward(ctx, x, weight, eps)
+    dx, dweight, _ = RMSNormFunction.backward(ctx, dy)
+    return y, dx, dweight
+
+
+def rms(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+"""
+
+BY_HAND = """
+class RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.x, ctx.weight, ctx.eps = x, weight, eps
+        return rms(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.x, ctx.weight
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + ctx.eps)
+        g = grad_out * weight
+        dx = r * g - x * r**3 * (g * x).mean(-1, keepdim=True)
+        return dx, (grad_out * x * r).flatten(0, -2).sum(0), None
+"""
+
+BY_AUTOGRAD = """
+class RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.x, ctx.weight, ctx.eps = x, weight, eps
+        return rms(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        with torch.enable_grad():
+            x = ctx.x.detach().requires_grad_()
+            weight = ctx.weight.detach().requires_grad_()
+            dx, dweight = torch.autograd.grad(rms(x, weight, ctx.eps), (x, weight), grad_out)
+        return dx, dweight, None
+"""
+
+
+@pytest.mark.isolation
+def test_normlab_grade_refuses_a_backward_by_autograd_from_the_notebooks_source(tmp_path):
+    """In `normlab grade` the ban is read from the notebook in the grader's process: the same
+    Function earns the norm's 5 points with a backward written by hand, none by autograd."""
+    from pathlib import Path
+
+    import nbformat
+    from conftest import grade_json
+
+    for name, body in [("by_hand", BY_HAND), ("by_autograd", BY_AUTOGRAD)]:
+        cells = [nbformat.v4.new_code_cell(NOTEBOOK_HEAD), nbformat.v4.new_code_cell(body)]
+        notebook = nbformat.v4.new_notebook(cells=cells)
+        notebook.metadata["normlab"] = {"lab": "12_language_model"}
+        nbformat.write(notebook, tmp_path / f"{name}.ipynb")
+    code, data, stderr = grade_json(tmp_path)
+    assert code == 0, stderr
+    scores = {Path(s["path"]).stem: s for s in data["submissions"]}
+    norm = {
+        s: [c for c in r["checks"] if "RMSNormFunction" in c["name"]] for s, r in scores.items()
+    }
+    assert [c["passed"] for c in norm["by_hand"]] == [True, True]
+    assert [c["passed"] for c in norm["by_autograd"]] == [False, False]
+    assert all("from scratch" in c["message"] for c in norm["by_autograd"])
