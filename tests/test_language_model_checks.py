@@ -482,3 +482,23 @@ def test_normlab_grade_refuses_a_backward_by_autograd_from_the_notebooks_source(
     assert [c["passed"] for c in norm["by_hand"]] == [True, True]
     assert [c["passed"] for c in norm["by_autograd"]] == [False, False]
     assert all("from scratch" in c["message"] for c in norm["by_autograd"])
+
+
+def test_the_demos_hand_written_norms_are_cut_from_the_student_edition():
+    """The chapter's demo trains its model with its own RMSNormFunction and LayerNormFunction,
+    whose forward and backward are lab 12's answers: the release recognises all four bodies
+    (the same statements up to local names) and ships stubs in their place. A demo whose
+    Functions drift from the lab's answers would ship them: this fails first."""
+    import json
+
+    from conftest import ROOT
+
+    from normlab import release
+
+    index = release.answer_index(ROOT)
+    demo = json.loads((ROOT / "notebooks" / "12_language_model.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in demo["cells"] if c["cell_type"] == "code"]
+    defining = [s for s in sources if "(torch.autograd.Function)" in s]
+    assert defining, "the demo defines no autograd.Function: nothing to cut"
+    found = [lab for source in defining for _, lab in release.find_answers(source, index)]
+    assert found == ["12_language_model"] * 4
