@@ -5,6 +5,7 @@ Run from the repository root (about 15 CPU-minutes; two worker processes of one 
 
     python benchmarks/lm_sweep.py                # the whole sweep, written to the results file
     python benchmarks/lm_sweep.py --only pre-3e-3 --seeds 0 --steps 30 --out /tmp/x.json
+    python benchmarks/lm_sweep.py --only post-1e-2 --add   # (re)run some, keep the others
 
 The model and the training loop are the demo's own cells (``lm12.py``). Each run records its
 training loss and largest attention logit at every step, the residual stream's RMS after each
@@ -32,21 +33,22 @@ SEEDS = (0, 1, 2)
 
 # name -> (the chapter's question, the changes from the demo's SETTINGS and train()'s defaults)
 CONFIGS = {
-    "post-3e-3": ("placement", {"placement": "post"}),
     "pre-3e-3": ("placement", {"placement": "pre"}),
+    "post-3e-3": ("placement", {"placement": "post"}),
+    "post-3e-3-warmup": ("rescue", {"placement": "post", "warmup": 300}),
+    "pre-1e-2": ("qk", {"placement": "pre", "lr": 1e-2}),
+    "pre-1e-2-qk": ("qk", {"placement": "pre", "lr": 1e-2, "qk_norm": True}),
     "peri-3e-3": ("placement", {"placement": "peri"}),
     "dyt-3e-3": ("placement", {"placement": "pre", "norm": "dyt"}),
     "none-3e-3": ("placement", {"placement": "none"}),
-    "post-3e-3-warmup": ("rescue", {"placement": "post", "warmup": 300}),
-    "post-1e-3": ("rescue", {"placement": "post", "lr": 1e-3}),
-    "pre-1e-3": ("rescue", {"placement": "pre", "lr": 1e-3}),
-    "dyt-1e-3": ("rescue", {"placement": "pre", "norm": "dyt", "lr": 1e-3}),
-    "pre-1e-2": ("qk", {"placement": "pre", "lr": 1e-2}),
-    "pre-1e-2-qk": ("qk", {"placement": "pre", "lr": 1e-2, "qk_norm": True}),
+    "post-1e-2": ("rescue", {"placement": "post", "lr": 1e-2}),
+    "post-1e-2-warmup": ("rescue", {"placement": "post", "lr": 1e-2, "warmup": 300}),
     "peri-1e-2": ("qk", {"placement": "peri", "lr": 1e-2}),
+    "post-1e-3": ("rescue", {"placement": "post", "lr": 1e-3}),
+    "dyt-1e-3": ("rescue", {"placement": "pre", "norm": "dyt", "lr": 1e-3}),
 }
 # One longer run, one seed, whose model writes the chapter's samples.
-LONG = ("long", {"placement": "pre", "warmup": 100, "steps": 2400})
+LONG = ("long", {"placement": "pre", "warmup": 100, "steps": 1600})
 PROMPTS = ("Emma ", "It was ", '"My dear ')
 SAMPLE_BYTES = 300
 
@@ -85,13 +87,41 @@ def run_one(job: tuple[str, dict, int]) -> dict:
 def jobs(only: list[str] | None, seeds: tuple[int, ...], steps: int | None):
     table = {name: changes for name, (_, changes) in CONFIGS.items()}
     table["long"] = LONG[1]
-    names = only or ["long", *CONFIGS]  # the long run first: it ends last otherwise
+    names = only or [*list(CONFIGS)[:2], "long", *list(CONFIGS)[2:]]
     for name in names:
         changes = dict(table[name])
         if steps is not None:
             changes["steps"] = steps
         for seed in (0,) if name == "long" else seeds:
             yield name, changes, seed
+
+
+def collect(runs: list[dict], kept: dict | None, wall: float, workers: int) -> dict:
+    """The results file: these runs, and the runs of ``kept`` (an earlier file) not re-run."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from lm12 import load
+
+    runs = list(runs)
+    if kept is not None:
+        done = {(r["name"], r["seed"]) for r in runs}
+        runs += [r for r in kept["runs"] if (r["name"], r["seed"]) not in done]
+        wall += kept["wall_seconds"]
+    order = {job[:1] + (job[2],): i for i, job in enumerate(jobs(None, SEEDS, None))}
+    runs.sort(key=lambda r: order.get((r["name"], r["seed"]), len(order)))
+    return {
+        "about": "benchmarks/lm_sweep.py: chapter 12's configurations x seeds",
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {workers} workers of one thread",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "settings": load().SETTINGS,
+        "configs": {name: {"question": q, "changes": c} for name, (q, c) in CONFIGS.items()},
+        "cpu_seconds": round(sum(r["cpu_s"] for r in runs), 1),
+        "wall_seconds": round(wall, 1),
+        "runs": runs,
+    }
 
 
 def main(argv=None) -> int:
@@ -101,40 +131,24 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="override every run's number of steps")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--add", action="store_true", help="keep the other runs already in --out")
     options = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "1"
 
     todo = list(jobs(options.only, tuple(options.seeds), options.steps))
-    wall = time.time()
+    kept = json.loads(options.out.read_text()) if options.add and options.out.is_file() else None
+    started, runs = time.time(), []
     with multiprocessing.get_context("spawn").Pool(options.workers) as pool:
-        runs = []
+        # Handed out in the order of the list (the configurations the chapter needs most come
+        # first); the file is written after every run, whichever ends first.
         for result in pool.imap_unordered(run_one, todo):
             runs.append(result)
             print(f"{result['name']} seed {result['seed']}: valid {result['valid']:.3f}, "
                   f"{result['cpu_s']:.0f} CPU-s", flush=True)  # fmt: skip
-    order = {job[:1] + (job[2],): i for i, job in enumerate(todo)}
-    runs.sort(key=lambda r: order[(r["name"], r["seed"])])
-    import torch
-
-    sys.path.insert(0, str(HERE))
-    from lm12 import load
-
-    results = {
-        "about": "benchmarks/lm_sweep.py: chapter 12's configurations x seeds",
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {options.workers} workers "
-        "of one thread",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "settings": load().SETTINGS,
-        "configs": {name: {"question": q, "changes": c} for name, (q, c) in CONFIGS.items()},
-        "cpu_seconds": round(sum(r["cpu_s"] for r in runs), 1),
-        "wall_seconds": round(time.time() - wall, 1),
-        "runs": runs,
-    }
-    options.out.parent.mkdir(parents=True, exist_ok=True)
-    options.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"{len(runs)} runs, {results['cpu_seconds']:.0f} CPU-s, "
+            results = collect(runs, kept, time.time() - started, options.workers)
+            options.out.parent.mkdir(parents=True, exist_ok=True)
+            options.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"{len(results['runs'])} runs, {results['cpu_seconds']:.0f} CPU-s, "
           f"{results['wall_seconds']:.0f} s wall -> {options.out}")  # fmt: skip
     return 0
 

@@ -862,6 +862,10 @@ GLOSSARY_DRIFTS = {  # a sentence with one variant the glossary replaces: the fo
     "retropropagación: dx coincide con autograd": "pase hacia atrás",
     "El paso hacia atrás lee x dos veces.": "pase hacia atrás",
     "Parte 1 · RMSNorm hacia delante": "pase hacia adelante",
+    "La corriente residual crece con la profundidad.": "flujo residual",
+    "Post-LN se atasca en 3.1 nats.": "estancarse",
+    "Un modelo atascado no aprende.": "estancarse",
+    "El mayor logit de la atención crece.": "logit de atención",
 }
 # Each of these uses a word the glossary watches, rightly: none may be flagged.
 GLOSSARY_ALLOWED = (
