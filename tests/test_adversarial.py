@@ -282,7 +282,7 @@ def test_another_students_file_cannot_be_read(corpus_run):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
-    """NumPy labs graded without PyTorch (under the sandbox), labs 06, 09 and 11 with it: each
+    """NumPy labs graded without PyTorch (under the sandbox), labs 06, 09, 11 and 12 with it: each
     solution earns every point with no error, each fresh lab none."""
     from normlab.grader.registry import all_labs
 
@@ -302,7 +302,12 @@ def test_every_solution_full_and_every_fresh_lab_zero(tmp_path, mode):
         assert (solution["score"], solution["error"]) == (lab.max_score, None), solution
         assert fresh["score"] == 0, fresh
     hidden = [stem for stem, lab in labs.items() if not lab.torch]
-    assert set(labs) - set(hidden) == {"06_pre_post_ln", "09_modern_norms", "11_triton_kernels"}
+    assert set(labs) - set(hidden) == {
+        "06_pre_post_ln",
+        "09_modern_norms",
+        "11_triton_kernels",
+        "12_language_model",
+    }
 
 
 # A test that slows its submissions tenfold on purpose runs under `make test`, whose own load

@@ -125,6 +125,15 @@ LEARNER_FORM = {
         )
     },
     **{
+        ("12_language_model", function): as_tensor_function
+        for function in (
+            "lm_rmsnorm_call",
+            "lm_layernorm_call",
+            "lm_block_output",
+            "lm_final_output",
+        )
+    },
+    **{
         ("07_cost", function): as_kernel
         for function in (
             "rmsnorm_two_pass",
