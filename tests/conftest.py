@@ -58,6 +58,18 @@ torch.set_num_threads(1)
 # there: without this, every check after lab 07's would run on two threads again.
 numba.set_num_threads(1)
 
+
+@pytest.fixture(autouse=True)
+def torch_default_dtype_restored():
+    """Each test leaves PyTorch's default dtype as it found it. Some tests run a lab's code in
+    this process, and a lab's first cell may set float64 (lab 09's does): a float32 model built
+    by a later test of the same worker then draws its initial weights from another stream
+    (chapter 12's re-run sweep started at loss 5.568 instead of the stored 5.535)."""
+    dtype = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(dtype)
+
+
 # A limit only for a hung process or kernel, far above any healthy run on a loaded machine.
 # How fast things are is reported by `make bench`, never asserted.
 HANG_GUARD_S = 900

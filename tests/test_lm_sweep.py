@@ -45,6 +45,7 @@ def test_the_results_hold_every_configuration_and_seed():
 def test_one_configuration_re_run_briefly_agrees_with_the_stored_one():
     run = stored(REFERENCE)
     torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float32)  # as the sweep ran (conftest restores it after)
     _, record = load().train(seed=0, **{**run["changes"], "steps": STEPS})
     for step, (new, old) in enumerate(zip(record["loss"], run["loss"][:STEPS], strict=True)):
         assert new == pytest.approx(old, abs=LOSS_TOLERANCE), f"loss at step {step}"
@@ -59,6 +60,7 @@ def test_one_configuration_re_run_briefly_agrees_with_the_stored_one():
 def test_the_comparison_fails_for_another_configuration():
     """The tolerance is tight enough to tell seed 0 from seed 1, and Post-LN from Pre-LN."""
     torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float32)
     _, record = load().train(seed=0, **{**stored(REFERENCE)["changes"], "steps": STEPS})
     for other in (stored(REFERENCE, seed=1), stored("pre-3e-3")):
         gaps = [abs(a - b) for a, b in zip(record["loss"], other["loss"][:STEPS], strict=True)]
