@@ -318,12 +318,13 @@ MAKE_TEST_BACKSTOP = "--limit=wall_backstop=50"
 
 
 # The labs whose worked solutions need the most CPU time (07's Numba kernels compile, 08
-# trains a network, 11's kernels run in Triton's interpreter, in two processes): graded on a
+# trains a network, 11's kernels run in Triton's interpreter, in two processes, 12 trains six
+# small language models for its measurement, about 14 s of CPU): graded on a
 # thirtieth of a core, each took 50 to 150 s of wall time in the processes mode (the others 10
 # to 30 s), and more under the sandbox, whose fresh interpreters import their libraries on
 # that thirtieth too. They are slowed tenfold (the course's promise) instead, in a run beside
 # the others'.
-HEAVIEST = ("07_cost", "08_training", "11_triton_kernels")
+HEAVIEST = ("07_cost", "08_training", "11_triton_kernels", "12_language_model")
 SLOWED = {"thirtyfold": "--limit=cpus=0.03", "tenfold": "--limit=cpus=0.1"}
 
 
