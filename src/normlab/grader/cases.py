@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from normlab.grader import inert
 from normlab.grader.core import (
     AsTorch,
     CheckFailed,
@@ -35,6 +36,7 @@ from normlab.grader.probes import (
     evaluate,
     expect_array,
     expect_items,
+    item_of,
     matching_probes,
 )
 
@@ -290,3 +292,25 @@ def backward(output, gradient) -> None:
             f"{tuple(output.shape)}"
         )
     (output * gradient).sum().backward()
+
+
+def warmup_rate(sub: Submission, name: str, *args) -> float:
+    """The learning rate ``name(*args)`` returns, as one float: a warmup schedule's answer (labs
+    06 and 12). A division by zero at ``warmup_steps = 0`` is named as the case it is."""
+    what = f"{name}{args}"
+    try:
+        item = item_of(sub.call(name, *args), None, what)
+    except SubmissionError as error:
+        if "ZeroDivisionError" in str(error):
+            raise CheckFailed(
+                f"{what}: {error}. warmup_steps = 0 means no warmup: return base_lr at every "
+                "step (test for it before dividing)."
+            ) from None
+        raise
+    if (
+        item.array is None
+        or item.array.size != 1
+        or item.kind not in ("scalar", "ndarray", "tensor")
+    ):
+        raise CheckFailed(f"{what}: returned {inert.clip(item.kind)}, expected a number")
+    return float(item.array.reshape(()))

@@ -22,10 +22,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, backward, probe_table, tensor64
-from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
+from normlab.grader.cases import (
+    Args,
+    Graded,
+    backward,
+    probe_table,
+    tensor64,
+    warmup_rate,
+)
+from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
-from normlab.grader.probes import Probe, choice, eps_ignored, item_of
+from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
     stem="12_language_model",
@@ -536,23 +543,7 @@ FINAL_PROBES = [
 
 
 def _number(sub, *args) -> float:
-    what = f"lm_warmup_lr{args}"
-    try:
-        item = item_of(sub.call("lm_warmup_lr", *args), None, what)
-    except SubmissionError as error:
-        if "ZeroDivisionError" in str(error):
-            raise CheckFailed(
-                f"{what}: {error}. warmup_steps = 0 means no warmup: return base_lr at every "
-                "step (test for it before dividing)."
-            ) from None
-        raise
-    if (
-        item.array is None
-        or item.array.size != 1
-        or item.kind not in ("scalar", "ndarray", "tensor")
-    ):
-        raise CheckFailed(f"lm_warmup_lr{args}: returned {item.kind}, expected a number")
-    return float(item.array.reshape(()))
+    return warmup_rate(sub, "lm_warmup_lr", *args)
 
 
 def _capped(values):

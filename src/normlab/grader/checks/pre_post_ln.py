@@ -22,10 +22,17 @@ import re
 
 import numpy as np
 
-from normlab.grader import inert, keys
-from normlab.grader.cases import Args, Graded, backward, probe_table, tensor64
+from normlab.grader import keys
+from normlab.grader.cases import (
+    Args,
+    Graded,
+    backward,
+    probe_table,
+    tensor64,
+    warmup_rate,
+)
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
-from normlab.grader.core import AsTorch, CheckFailed, Lab, SubmissionError
+from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, expect_value, item_of
 
@@ -603,23 +610,7 @@ def stack_gradients(sub):
 
 
 def _number(sub, *args) -> float:
-    what = f"linear_warmup_lr{args}"
-    try:
-        item = item_of(sub.call("linear_warmup_lr", *args), None, what)
-    except SubmissionError as error:
-        if "ZeroDivisionError" in str(error):
-            raise CheckFailed(
-                f"{what}: {error}. warmup_steps = 0 means no warmup: return base_lr at every "
-                "step (test for it before dividing)."
-            ) from None
-        raise
-    if (
-        item.array is None
-        or item.array.size != 1
-        or item.kind not in ("scalar", "ndarray", "tensor")
-    ):
-        raise CheckFailed(f"{what}: returned {inert.clip(item.kind)}, expected a number")
-    return float(item.array.reshape(()))
+    return warmup_rate(sub, "linear_warmup_lr", *args)
 
 
 WARMUP_PROBES = [
