@@ -215,6 +215,18 @@ class Graded:
         return out
 
 
+def graded_per_case(
+    name: str, oracle: Callable[..., object], probes: Sequence[Probe], cases: Sequence[str], **how
+) -> dict[str, Graded]:
+    """One :class:`Graded` of ``name`` per case of its argument (a block's placements), each
+    with only the probes named ``"case: ..."``: a probe of one case is never matched to
+    another's answer. ``how``: the other fields of each ``Graded`` (``prefix``, ``options``)."""
+    return {
+        case: Graded(name, oracle, [p for p in probes if p.name.startswith(case + ":")], **how)
+        for case in cases
+    }
+
+
 def probe_table(*graded: Graded, **more: Sequence[Probe]) -> dict[str, Sequence[Probe]]:
     """A check module's ``PROBES``, every probe of the lab by the learner's function whose
     arguments its compute takes: each ``Graded``'s probes under its own name, then ``more``

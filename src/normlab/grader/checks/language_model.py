@@ -26,6 +26,7 @@ from normlab.grader.cases import (
     Args,
     Graded,
     backward,
+    graded_per_case,
     probe_table,
     tensor64,
     warmup_rate,
@@ -607,15 +608,14 @@ LAYERNORM = Graded(
     items=("y", "dx", "dweight", "dbias"),
     options={"kinds": TENSOR},
 )
-BLOCK = {
-    placement: Graded(
-        "lm_block_output", oracle_block_output, probes, prefix=False, options={"kinds": TENSOR}
-    )
-    for placement, probes in {
-        case: [p for p in BLOCK_PROBES if p.name.startswith(case + ":")]
-        for case in ("post", "pre", "peri", "dyt", "qk")
-    }.items()
-}
+BLOCK = graded_per_case(
+    "lm_block_output",
+    oracle_block_output,
+    BLOCK_PROBES,
+    ("post", "pre", "peri", "dyt", "qk"),
+    prefix=False,
+    options={"kinds": TENSOR},
+)
 FINAL = Graded(
     "lm_final_output",
     oracle_final_output,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normlab.grader.cases import Args, Graded, backward, probe_table, tensor64
+from normlab.grader.cases import Args, Graded, backward, graded_per_case, probe_table, tensor64
 from normlab.grader.core import AsTorch, CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
 from normlab.grader.probes import Probe, array_of, choice
@@ -472,15 +472,14 @@ QK_GRADS = Graded(
         "autograd sees each dependence.",
     },
 )
-SUBLAYER = {
-    placement: Graded(
-        "sublayer_output", oracle_sublayer_output, probes, prefix=False, options={"kinds": TENSOR}
-    )
-    for placement, probes in {
-        placement: [p for p in SUBLAYER_PROBES if p.name.startswith(placement + ":")]
-        for placement in ("pre", "post", "peri", "olmo2", "scaled")
-    }.items()
-}
+SUBLAYER = graded_per_case(
+    "sublayer_output",
+    oracle_sublayer_output,
+    SUBLAYER_PROBES,
+    ("pre", "post", "peri", "olmo2", "scaled"),
+    prefix=False,
+    options={"kinds": TENSOR},
+)
 
 PROBES = probe_table(
     QKNORM, QK_GRADS, policy_rmsnorm_bf16=POLICY_PROBES, sublayer_output=SUBLAYER_PROBES
