@@ -20,7 +20,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root unless told to (containers, Binder-like images run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help kernels lab test test-fast bench labs grade lint format clean-venv site gpu-check
+.PHONY: help kernels lab test test-fast bench labs oracles grade lint format clean-venv site gpu-check
 
 help:
 	@echo "make lab    - set up .venv (first time) and open JupyterLab on the course start page (PORT=$(PORT)); Spanish: es/START_HERE.md"
@@ -31,6 +31,7 @@ help:
 	@echo "make gpu-check - on a CUDA GPU: lab 11's checks on the compiled kernels and their timings, in benchmarks/results/"
 	@echo "make grade  - your progress: a line per lab you started in $(WORK)/, graded"
 	@echo "make labs   - regenerate labs/ and es/labs/ from solutions/ and es/catalog/ (authors; never touches $(WORK)/)"
+	@echo "make oracles - rewrite the oracle's memo from the NumPy labs' solutions (authors: after changing an oracle or a check's inputs)"
 	@echo "make lint   - ruff over the package, tests and notebooks"
 	@echo "make site   - build the course website into _site/ (offline; open _site/index.html)"
 
@@ -60,9 +61,10 @@ lab: $(VENV)/.installed
 
 # One pytest run: tests/ and nbval over solutions/ and notebooks/ (each notebook executes once),
 # in TEST_JOBS processes (pytest-xdist; 0 for one), a file at a time: a notebook's cells share
-# one kernel and a test file's fixtures are built once (test_adversarial.py goes as two units: its
-# processes-mode tests, and the rest; each builds its own mode's fixtures: tests/conftest.py,
-# SPLIT_BY_MODE). Files are handed out longest first
+# one kernel and a test file's fixtures are built once (test_adversarial.py goes as four units:
+# per mode, the tests that mostly wait on a CPU quota or beside spinners, handed out first, and
+# the rest; each builds its own mode's fixtures: tests/conftest.py, SPLIT_BY_MODE, WAITING).
+# Files are handed out longest first
 # (tests/conftest.py, LONGEST_FIRST), so that the run does not end on one long file alone.
 # One worker more than the machine has cores (at most 8): many tests wait on a process they
 # started (a grader, a browser, a server), and the extra worker computes meanwhile; a second
@@ -88,6 +90,11 @@ gpu-check: $(VENV)/.installed
 
 labs: $(VENV)/.installed
 	$(VENV)/bin/normlab labs
+
+# The oracle's answers for a right answer's checks, shipped so that a NumPy lab is graded
+# without PyTorch (src/normlab/grader/memo.py); tests/test_oracle_memo.py says when it is due.
+oracles: $(VENV)/.installed
+	$(PY) -m normlab.oracles
 
 grade: $(VENV)/.installed
 	@$(VENV)/bin/normlab work --folder $(WORK) --quiet

@@ -168,6 +168,27 @@ def missing_extra(stem: str) -> str:
 # sandbox's fresh interpreters import their libraries slowed too).
 SPLIT_BY_MODE = ("tests/test_adversarial.py",)
 PROCESSES_ID = re.compile(r"\[processes[\]-]")
+# Tests of those files that spend most of their wall time waiting (on a CPU quota of a tenth or
+# a thirtieth of a core, beside spinners or busy loops held to their share, on a grader stopped
+# from outside): another unit per mode, handed out first, so that their waits overlap the other
+# units' computing instead of adding to one worker's queue (in one unit per mode, each mode's
+# adversarial tests took 400 to 450 s of wall time, most of a 712-s run). None of them uses the
+# corpus, which each unit that does grades once.
+WAITING = {
+    "tests/test_adversarial.py": (
+        "test_every_solution_keeps_full_marks_slowed_thirtyfold",
+        "test_worked_solutions_keep_full_marks_beside_busy_loops",
+        "test_classmates_graded_beside_setsid_spinners_keep_their_marks",
+        "test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students",
+        "test_a_result_killed_from_outside_is_never_cached",
+        "test_classmates_graded_beside_a_killer_keep_their_marks",
+    ),
+}
+
+
+def _waits(nodeid: str) -> bool:
+    path, _, rest = nodeid.partition("::")
+    return rest.split("[", 1)[0] in WAITING.get(path, ())
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -180,8 +201,9 @@ def pytest_xdist_make_scheduler(config, log):
     class LoadFileAndModeScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
-            if scope in SPLIT_BY_MODE and PROCESSES_ID.search(nodeid):
-                return scope + "[processes]"
+            if scope in SPLIT_BY_MODE:
+                scope += "[processes]" if PROCESSES_ID.search(nodeid) else ""
+                scope += "[waits]" if _waits(nodeid) else ""
             return scope
 
     return LoadFileAndModeScheduling(config, log)
@@ -194,7 +216,9 @@ def pytest_collection_modifyitems(config, items):
             if stem in item.nodeid:
                 item.add_marker(pytest.mark.skip(reason=reason))
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
+    items.sort(  # stable: a file's waiting tests first, then the rest in their order
+        key=lambda item: (rank.get(item.nodeid.split("::")[0], len(rank)), not _waits(item.nodeid))
+    )
     for item in items:
         path = Path(str(item.path))
         if path.suffix == ".ipynb":  # collected by nbval

@@ -430,6 +430,29 @@ QUOTED_OUTPUTS += [
     ),
 ]
 
+_DEPTH = (
+    r"pre  lr 0.003   no warmup  (?P<pre2>[\d.]+) \[[^\]]*\] \d/3  (?P<pre6>[\d.]+) \[[^\]]*\] "
+    r"\d/3  (?P<pre12>[\d.]+) \["
+)
+QUOTED_OUTPUTS += [
+    (
+        "theory/12_language_model.md",
+        r"without warmup it ended higher the deeper it was: (?P<pre2>[\d.]+) at 2 blocks, "
+        r"(?P<pre6>[\d.]+) at 6, (?P<pre12>[\d.]+) at 12\.",
+        "notebooks/12_language_model.ipynb",
+        "lm12-depth",
+        _DEPTH,
+    ),
+    (
+        "es/theory/12_language_model.md",
+        r"sin calentamiento acabó más arriba cuanto más profundo era: (?P<pre2>[\d.]+) con 2 "
+        r"bloques, (?P<pre6>[\d.]+) con 6, (?P<pre12>[\d.]+) con 12\.",
+        "notebooks/12_language_model.ipynb",
+        "lm12-depth",
+        _DEPTH,
+    ),
+]
+
 
 _DEMO_13 = "notebooks/13_other_architectures.ipynb"
 _GATE_ORDER = (

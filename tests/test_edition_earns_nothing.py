@@ -318,7 +318,8 @@ def each_source_scanned_once():
     redefined between two calls); a candidate here is one function object that never changes,
     tried as some twenty lab functions, each through several checks. So its scan is kept, per
     name and forbidden list: the same scan of the same source, once (it was two thirds of the
-    test's time)."""
+    test's time). The scan reads the function's own name, not the name it is tried as (but
+    for a callable without one), so one scan serves every lab function it is tried as."""
     from normlab.grader import notebook
 
     scan = notebook.InProcessSubmission.static_forbidden
@@ -326,7 +327,8 @@ def each_source_scanned_once():
 
     def scanned_once(self, name, forbidden):
         function = self.objects.get(name)
-        key = (id(function), name, repr(forbidden))
+        own_name = getattr(function, "__name__", None) is not None
+        key = (id(function), None if own_name else name, repr(forbidden))
         if key not in kept:
             kept[key] = (function, scan(self, name, forbidden))  # the function kept alive
         return list(kept[key][1])

@@ -12,6 +12,8 @@ import nbformat
 import pytest
 from conftest import ROOT, grade_json, grading_budget
 
+from normlab.grader.registry import get_lab
+
 SOLUTION = ROOT / "solutions" / "03_layernorm.ipynb"
 LAB = ROOT / "labs" / "03_layernorm.ipynb"
 FULL = 16
@@ -327,19 +329,24 @@ sys.exit(code)
 
 
 def test_one_notebook_runs_its_cells_while_the_grader_imports_pytorch():
-    """One notebook graded alone: the grader imports PyTorch (its oracle) in a thread of its
-    own, beside the probes and the child's start-up and cells, and the checks begin once it is
-    done. Watched in a fresh process whose import of PyTorch is held until the child has run
-    the notebook's cells: the import goes on (before, the grader imported it before it started
-    any child, and waited in vain), the checks come after both, and the grade is full."""
-    command = [sys.executable, "-c", ORDER_OF_START, "grade", str(SOLUTION), "--json"]
+    """One notebook of a lab written in PyTorch graded alone: the grader imports PyTorch (its
+    oracle) in a thread of its own, beside the probes and the child's start-up and cells, and
+    the checks begin once it is done. Watched in a fresh process whose import of PyTorch is
+    held until the child has run the notebook's cells: the import goes on (before, the grader
+    imported it before it started any child, and waited in vain), the checks come after both,
+    and the grade is full. (A NumPy lab's notebook is graded without importing it at all:
+    tests/test_oracle_memo.py.)"""
+    stem = "09_modern_norms"
+    solution = ROOT / "solutions" / f"{stem}.ipynb"
+    command = [sys.executable, "-c", ORDER_OF_START, "grade", str(solution), "--json"]
     done = subprocess.run([*command, "--jobs", "1"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     events = json.loads(done.stderr.splitlines()[-1])
     assert {"import in normlab-oracle-import", "import went on"} <= set(events), events
     assert events.index("checks") > max(events.index("cells run"), events.index("import went on"))
     (submission,) = json.loads(done.stdout)["submissions"]
-    assert (submission["score"], submission["error"]) == (FULL, None)
+    full = get_lab(stem).max_score
+    assert (submission["score"], submission["error"]) == (full, None)
 
 
 def test_the_documented_limits_are_the_limits():
@@ -569,3 +576,45 @@ def test_the_nobody_probe_drops_inside_and_then_imports_the_childs_modules():
     assert lines[-1] == "import " + ", ".join(worker.PROBE_IMPORTS)  # after the drop
     assert {"normlab.grader.isolation.wire", "numpy"} <= set(worker.PROBE_IMPORTS)
     assert set(worker.CHILD_IMPORTS) - set(worker.PROBE_IMPORTS) == {"torch"}
+
+
+def test_the_hidden_probe_reads_every_distribution_file_as_importlib_does(tmp_path):
+    """The probe of PyTorch's folders (``sandbox.HIDDEN_PROBE``) reads the first part of each
+    installed file's path from RECORD without a path object per file: for every distribution
+    installed here, and for a RECORD of awkward paths, it finds what ``dist.files`` gives. Both
+    are read in a fresh interpreter, as the probe runs (in a test worker that had run other
+    tests first, ``dist.files`` once listed only the RECORD file of the awkward distribution)."""
+    from normlab.grader.isolation.sandbox import HIDDEN_PROBE
+
+    info = tmp_path / "awkward-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: awkward\nVersion: 1.0\n")
+    rows = ["pkg/a.py,,", "./dot/b.py,,", "/abs/c.py,,", '"comma,name/d.py",,', "../../bin/e,,"]
+    rows += [",,", "single.py,,", "dir//f.py,,", "awkward-1.0.dist-info/RECORD,,"]
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+    source = HIDDEN_PROBE.format(modules=(), distributions=()).split("\nfor entry in sys.path:")[0]
+    compare = source + (
+        "\ndef expected(dist):\n"
+        "    return {file.parts[0] for file in dist.files or [] if file.parts}\n"
+        "found = {}\n"
+        "for dist in importlib.metadata.distributions():\n"
+        "    found[dist.metadata['Name']] = [sorted(tops(dist)), sorted(expected(dist))]\n"
+        "(dist,) = importlib.metadata.distributions(path=[sys.argv[1]])\n"
+        "found['awkward'] = [sorted(tops(dist)), sorted(expected(dist))]\n"
+        "print(json.dumps(found))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", compare, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)
+    assert len(found) > 20, sorted(found)  # every distribution of this environment
+    for name, (probe, importlib_files) in found.items():
+        assert probe == importlib_files, name
+    assert set(found["awkward"][0]) == {
+        "pkg", "dot", "/", "comma,name", "..", "single.py", "dir", "awkward-1.0.dist-info"
+    }  # fmt: skip

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_caught, lab_results, messages
+from conftest import assert_caught, definition_cells, lab_results, messages, solution_namespace
 
 from normlab.grader.checks import language_model as lab
 
@@ -402,6 +402,110 @@ def test_a_wrong_letter_gets_its_misconception(name, wrong, why):
 
 def test_two_letters_are_told_so():
     assert "more than one option" in messages(run(LM_PERI_ANSWER="a or c"))
+
+
+# ----------------------------------------------------------------------------- setup_context
+# PyTorch's newer way of writing a Function: forward without ctx, and a setup_context(ctx,
+# inputs, output) that saves what backward needs. Written here in that style, each replaces the
+# solution's class, and the lab's own adapters (the notebook's code) drive it.
+
+SETUP_CONTEXT_RMS = """
+class RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(x, weight, eps):
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, eps = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + ctx.eps)
+        x_hat, g = x * rstd, grad_out * weight
+        dx = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        return dx, (grad_out * x_hat).flatten(0, -2).sum(0), None
+"""
+
+SETUP_CONTEXT_LN = """
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(x, weight, bias, eps):
+        centred = x - x.mean(-1, keepdim=True)
+        return centred * torch.rsqrt(centred.square().mean(-1, keepdim=True) + eps) * weight + bias
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias, eps = inputs
+        centred = x - x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(centred.square().mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(centred * rstd, rstd, weight)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x_hat, rstd, weight = ctx.saved_tensors
+        g = grad_out * weight
+        dx = rstd * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        rows = grad_out.flatten(0, -2)
+        return dx, (rows * x_hat.flatten(0, -2)).sum(0), rows.sum(0), None
+"""
+# each mutant: dx without one of its terms, as the probes of the same name describe
+SETUP_CONTEXT_MUTANTS = {
+    "backward without the projection term": (
+        SETUP_CONTEXT_RMS,
+        "dx = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))",
+        "dx = rstd * g",
+    ),
+    "backward without the mean term": (
+        SETUP_CONTEXT_LN,
+        "g - g.mean(-1, keepdim=True) - x_hat",
+        "g - x_hat",
+    ),
+}
+
+
+def in_setup_context_style(source: str) -> dict:
+    """The solution's namespace with one Function class replaced by ``source``."""
+    name = source.split("(")[0].split()[-1]
+    (solutions,) = [s for s in definition_cells(STEM) if s.startswith(f"class {name}(")]
+    return solution_namespace(STEM, replace=(solutions, source))
+
+
+STEM = "12_language_model"
+
+
+def test_functions_in_the_setup_context_style_get_full_marks():
+    rms_namespace = in_setup_context_style(SETUP_CONTEXT_RMS)
+    ln_namespace = in_setup_context_style(SETUP_CONTEXT_LN)
+    # both are right as autograd sees them too, through .apply
+    generator = torch.Generator().manual_seed(0)
+    x = (3 * torch.randn(2, 3, 8, generator=generator, dtype=torch.float64) + 1).requires_grad_()
+    weight = torch.randn(8, generator=generator, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(8, generator=generator, dtype=torch.float64, requires_grad=True)
+    rms_class, ln_class = rms_namespace["RMSNormFunction"], ln_namespace["LayerNormFunction"]
+    assert torch.autograd.gradcheck(lambda x, w: rms_class.apply(x, w, 1e-5), (x, weight))
+    assert torch.autograd.gradcheck(lambda *a: ln_class.apply(*a, 1e-5), (x, weight, bias))
+
+    results = run(
+        lm_rmsnorm_call=rms_namespace["lm_rmsnorm_call"],
+        lm_layernorm_call=ln_namespace["lm_layernorm_call"],
+    )
+    assert [r.message for r in results if not r.passed] == []
+    assert [r.points for r in results] == [2, 3, 2, 3]
+
+
+@pytest.mark.parametrize("probe", SETUP_CONTEXT_MUTANTS)
+def test_a_setup_context_style_mutant_loses_the_backward_points(probe):
+    source, right, wrong = SETUP_CONTEXT_MUTANTS[probe]
+    assert right in source
+    namespace = in_setup_context_style(source.replace(right, wrong))
+    adapter = "lm_rmsnorm_call" if "RMSNorm" in source else "lm_layernorm_call"
+    results = run(**{adapter: namespace[adapter]})
+    assert [r.points for r in results] == [2, 0]  # the forward keeps its points
+    assert_caught(results, PROBES, probe)
 
 
 # ----------------------------------------------------------------------------- normlab grade

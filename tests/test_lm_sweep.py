@@ -42,26 +42,35 @@ def test_the_results_hold_every_configuration_and_seed():
         assert len(run["loss"]) == len(run["max_logit"]) == steps
 
 
-def test_one_configuration_re_run_briefly_agrees_with_the_stored_one():
-    run = stored(REFERENCE)
+@pytest.fixture(scope="module")
+def re_run():
+    """The reference configuration's first STEPS steps, trained once for the tests below: on one
+    thread and in float32, as the sweep ran."""
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
     torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float32)  # as the sweep ran (conftest restores it after)
-    _, record = load().train(seed=0, **{**run["changes"], "steps": STEPS})
-    for step, (new, old) in enumerate(zip(record["loss"], run["loss"][:STEPS], strict=True)):
+    torch.set_default_dtype(torch.float32)
+    try:
+        _, record = load().train(seed=0, **{**stored(REFERENCE)["changes"], "steps": STEPS})
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(dtype)
+    return record
+
+
+def test_one_configuration_re_run_briefly_agrees_with_the_stored_one(re_run):
+    run = stored(REFERENCE)
+    for step, (new, old) in enumerate(zip(re_run["loss"], run["loss"][:STEPS], strict=True)):
         assert new == pytest.approx(old, abs=LOSS_TOLERANCE), f"loss at step {step}"
     for step, (new, old) in enumerate(
-        zip(record["max_logit"], run["max_logit"][:STEPS], strict=True)
+        zip(re_run["max_logit"], run["max_logit"][:STEPS], strict=True)
     ):
         assert new == pytest.approx(old, rel=0.02, abs=0.05), f"max logit at step {step}"
-    first = [round(v, 4) for v in record["stream_rms"][0]]
+    first = [round(v, 4) for v in re_run["stream_rms"][0]]
     assert first == pytest.approx(run["stream_rms"]["0"], rel=1e-3)
 
 
-def test_the_comparison_fails_for_another_configuration():
+def test_the_comparison_fails_for_another_configuration(re_run):
     """The tolerance is tight enough to tell seed 0 from seed 1, and Post-LN from Pre-LN."""
-    torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float32)
-    _, record = load().train(seed=0, **{**stored(REFERENCE)["changes"], "steps": STEPS})
     for other in (stored(REFERENCE, seed=1), stored("pre-3e-3")):
-        gaps = [abs(a - b) for a, b in zip(record["loss"], other["loss"][:STEPS], strict=True)]
+        gaps = [abs(a - b) for a, b in zip(re_run["loss"], other["loss"][:STEPS], strict=True)]
         assert max(gaps) > 5 * LOSS_TOLERANCE

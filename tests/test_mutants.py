@@ -102,10 +102,11 @@ def run_forked(*args) -> bool | None:
 # Labs whose every mutant costs a run of Triton's interpreter in a child of its own (about
 # 0.28 CPU s each, 450 mutants): their figure is measured on every SAMPLE_EVERY-th mutant of
 # each answer unit, in the order mutants() yields them, so each unit and each kind of change
-# is still sampled and the sample is the same on every run. The full set, measured once:
+# is still sampled and the sample is the same on every run (every fifth: 86/95 killed, 90.5%;
+# every third, 150 of them, cost the suite 46 s of CPU). The full set, measured once:
 # 408/450 killed (90.7%), most survivors equivalent (an `other=` value on a load whose masked
 # lanes reach only masked stores).
-SAMPLE_EVERY = {"11_triton_kernels": 3}
+SAMPLE_EVERY = {"11_triton_kernels": 5}
 
 
 @pytest.mark.parametrize("stem", sorted(all_labs()))

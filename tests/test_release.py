@@ -100,6 +100,9 @@ def test_no_solutions_worked_solutions_or_tests_are_shipped(edition):
     for path in edition.rglob("*.md"):
         assert "### BEGIN SOLUTION" not in path.read_text()
     assert {"theory", "labs", "notebooks", "src", "START_HERE.md"} <= names
+    # the oracle's memo: its answers to the checks' questions, beside the questions
+    assert (ROOT / "src/normlab/grader/oracle_memo/layernorm.npz").is_file()
+    assert not [n for n in names if n.endswith(".npz")]
 
 
 def test_the_edition_ships_the_whole_package_the_instructors_included(edition):

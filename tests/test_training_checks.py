@@ -314,6 +314,45 @@ def test_the_digits_split_is_fixed_and_uses_every_image_once():
     assert not np.array_equal(load_split(1)["test"][0], split["test"][0])
 
 
+# Read in a fresh interpreter: whether scikit-learn was imported is the point.
+READ_DIGITS = """
+import sys
+import numpy as np
+from normlab.digits import load_digits
+images, digits = load_digits()
+imported = "sklearn" in sys.modules
+from sklearn.datasets import load_digits as theirs
+want_images, want_digits = theirs(return_X_y=True)
+same = [(a.dtype, a.shape) == (b.dtype, b.shape) and np.array_equal(a, b)
+        for a, b in ((images, want_images), (digits, want_digits))]
+print(imported, same)
+"""
+
+
+def test_the_digits_are_scikit_learns_read_without_importing_it():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", READ_DIGITS], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "False [True, True]"
+
+
+def test_the_digits_come_through_load_digits_where_its_file_is_not_found(monkeypatch):
+    import importlib.util
+
+    from sklearn.datasets import load_digits as theirs
+
+    from normlab import digits
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    images, labels = digits.load_digits()
+    want_images, want_labels = theirs(return_X_y=True)
+    assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+
+
 # ----------------------------------------------------------------------------- the solution, changed
 # Each mistake written as a change of the solution notebook's own code, checked as the lab's
 # check cell checks it: check(function), that function's checks only.

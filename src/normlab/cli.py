@@ -125,15 +125,37 @@ def _grade_plan(args):
     # PyTorch is imported while the probes run, unless the cache may answer for every notebook
     # (a run that grades one notebook at a time imports it only when a check needs it). For a
     # class, before grading starts (its worker threads then never import it); one notebook at a
-    # time is graded while it is imported (its child's start-up and cells overlap the import).
+    # time is graded while it is imported (its child's start-up and cells overlap the import),
+    # unless every notebook is of a NumPy lab: the oracle's memo answers a right answer's checks
+    # without PyTorch (``grader.memo``), and a miss imports it then. A course without the memo
+    # (the student edition) imports it for every lab.
     cache = _cache_path(args)
     jobs = args.jobs or default_jobs()
     reusable = cache is not None and cache.exists() and not args.force
     one_at_a_time = jobs == 1 or len(entries) == 1
-    if not reusable and one_at_a_time:
+    if not reusable and one_at_a_time and _oracle_may_need_torch(entries):
         import_oracle_in_background()
     isolation = probe_isolation(settings, import_oracle=not one_at_a_time)
     return entries, positions, total, settings, isolation
+
+
+def _oracle_may_need_torch(entries) -> bool:
+    """Whether grading ``entries`` may import PyTorch for the oracle however right the answers:
+    the course carries no oracle's memo (the student edition: every oracle call is then a miss),
+    or a notebook's lab may need it (``_may_need_torch``). Asks for the memo once a run."""
+    from normlab.grader import memo
+
+    return not memo.shipped() or any(map(_may_need_torch, entries))
+
+
+def _may_need_torch(entry) -> bool:
+    """Whether grading ``entry`` may import PyTorch for its oracle however right its answers
+    (where the course carries the oracle's memo): its lab, as known before the notebook is
+    read, is written in PyTorch, or is not known."""
+    from normlab.grader.registry import all_labs
+
+    lab = all_labs().get(entry.identity.lab or "")
+    return lab is None or lab.torch
 
 
 def _cache_path(args) -> Path | None:
@@ -148,8 +170,18 @@ def _cache_path(args) -> Path | None:
 
 
 def _grade(args) -> int:
+    import shutil
     import time
 
+    from normlab.grader.isolation import workspace
+
+    # The probes of what this machine allows run beside the grader's own start-up below; the
+    # longest of a run without the sandbox needs only ``workspace`` and starts before it all.
+    if args.sandbox is False or (args.sandbox is None and shutil.which("bwrap") is None):
+        workspace.start_probe()
+    from normlab.grader.isolation.sandbox import start_probes
+
+    start_probes(args.sandbox)
     from normlab.grader import inert
     from normlab.grader.grade import (
         ResultCache,

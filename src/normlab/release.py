@@ -8,6 +8,8 @@ solutions (also ``es/solutions``), the Spanish lab catalog, the tests and the in
 documents (it keeps ``docs/running.md``, which is the learner's), and it removes every lab answer
 from what it ships:
 
+* the oracle's memo (``grader/oracle_memo/*.npz``: the answers to the checks' questions) is left
+  out, and the edition's oracle computes with PyTorch;
 * answer keys in the check modules (the letter a multiple-choice check accepts, ``key=`` of
   ``choice`` or the second argument of ``expect_choice``, and module-level
   strings equal to a top-level answer, such as ``POSTLN_FIXES``) become salted hashes
@@ -378,7 +380,17 @@ def _edition_readme_es(root: Path) -> str:
 
 # Targets of the course Makefile that need what the edition leaves out (solutions, tests, the
 # authors' tools): the edition's Makefile has its own ``test`` and ``site`` instead.
-AUTHOR_TARGETS = ("test", "test-fast", "bench", "gpu-check", "labs", "lint", "format", "site")
+AUTHOR_TARGETS = (
+    "test",
+    "test-fast",
+    "bench",
+    "gpu-check",
+    "labs",
+    "oracles",
+    "lint",
+    "format",
+    "site",
+)
 EDITION_TARGETS = {
     "test": (
         "check that the course works here: the package, a Jupyter kernel and every lab's "
@@ -527,7 +539,8 @@ def write_release(root: Path, out: Path, site: bool = False) -> int:
 
 def _write(root: Path, out: Path, index: AnswerIndex) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    left_out = ("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    ignore = shutil.ignore_patterns(*left_out)
     for folder in SHIPPED:
         if (root / folder).is_dir():
             shutil.copytree(root / folder, out / folder, ignore=ignore)
@@ -543,9 +556,13 @@ def _write(root: Path, out: Path, index: AnswerIndex) -> None:
         (out / "es" / "README.md").write_text(_edition_readme_es(root), encoding="utf-8")
     (out / "Makefile").write_text(_edition_makefile(root), encoding="utf-8")
 
-    # The package, with its keys hashed; any other answer in it stops the release.
+    # The package, with its keys hashed; any other answer in it stops the release. The oracle's
+    # memo (grader/oracle_memo: its answers to every question the checks ask, beside the
+    # questions) stays with the instructor: without it the edition's oracle computes with
+    # PyTorch, as it did before there was a memo.
     package = root / "src" / "normlab"
-    shutil.copytree(package, out / "src" / "normlab", ignore=ignore)
+    memo_ignore = shutil.ignore_patterns(*left_out, "*.npz")
+    shutil.copytree(package, out / "src" / "normlab", ignore=memo_ignore)
     top_level = _top_level_answers(root)
     for module in sorted((out / "src" / "normlab").rglob("*.py")):
         relative = module.relative_to(out).as_posix()

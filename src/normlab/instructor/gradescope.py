@@ -21,7 +21,6 @@ notebook's process never sees them (not in the sandbox's view; outside it, not r
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 import shutil
@@ -44,6 +43,8 @@ def pinned(name: str) -> str:
     """``name``'s requirement as pyproject.toml (its one owner) states it, e.g. ``"torch>=2.4"``,
     read from the installed course's metadata (when a bundle is written: the bundle's own
     grader runs without that metadata)."""
+    import importlib.metadata  # here: ``normlab grade`` imports this module, and not it
+
     for requirement in importlib.metadata.requires("normlab") or ():
         if re.match(rf"{re.escape(name)}\s*[<>=!~]", requirement):
             return requirement.split(";")[0].strip()
@@ -67,6 +68,8 @@ def requirements(lab: str) -> list[str]:
     each as pyproject.toml states it, without its environment marker (Gradescope's image is
     Linux x86-64).
     """
+    import importlib.metadata
+
     from normlab.grader.registry import all_labs
 
     base, optional = [], []

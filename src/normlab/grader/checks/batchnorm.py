@@ -24,6 +24,7 @@ import numpy as np
 from normlab.grader.cases import F64, Args, Graded, backward, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Item, Lab, Output
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import (
     Probe,
     both,
@@ -83,6 +84,7 @@ def _module(channels: int, ndim: int, gamma, beta, running_mean, running_var, mo
     return module
 
 
+@oracle
 def oracle_steps(batches, gamma, beta, running_mean, running_var, momentum=0.1, eps=EPS):
     """Run ``nn.BatchNorm1d/2d`` in train mode on each batch, in order.
 
@@ -104,6 +106,7 @@ def oracle_steps(batches, gamma, beta, running_mean, running_var, momentum=0.1, 
     return outputs, module.running_mean.numpy().copy(), module.running_var.numpy().copy()
 
 
+@oracle
 def oracle_eval(x, gamma, beta, running_mean, running_var, eps=EPS):
     import torch
 
@@ -113,6 +116,7 @@ def oracle_eval(x, gamma, beta, running_mean, running_var, eps=EPS):
         return module(tensor64(x)).numpy()
 
 
+@oracle
 def oracle_forward(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=EPS):
     """(y, new_running_mean, new_running_var) of one call, in train or eval mode."""
     if not training:
@@ -127,6 +131,7 @@ def oracle_forward(x, gamma, beta, running_mean, running_var, training, momentum
     return outputs[0], new_mean, new_var
 
 
+@oracle
 def oracle_backward(dy, x, gamma, eps=EPS):
     import torch
     import torch.nn.functional as F
@@ -753,6 +758,7 @@ def _eval_affine_probes():
 EVAL_AFFINE_PROBES = _eval_affine_probes()
 
 
+@oracle
 def oracle_eval_affine(gamma, beta, running_mean, running_var, eps=EPS):
     """(scale, shift) of eval-mode BatchNorm, read off the module at x = 0 and x = 1."""
     channels = np.shape(gamma)[0]
@@ -850,6 +856,7 @@ def _one_step_probes():
 ONE_STEP_PROBES = _one_step_probes()
 
 
+@oracle
 def oracle_one_step(x, momentum):
     """running_var of a fresh ``nn.BatchNorm1d/2d`` after one training-mode call on x."""
     import torch

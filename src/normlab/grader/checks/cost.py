@@ -41,6 +41,7 @@ import numpy as np
 from normlab.grader.cases import F32, Args, Graded, affine_params, tensor64
 from normlab.grader.core import CheckFailed, Lab, ReadBack
 from normlab.grader.forbidden import from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, Slip, choice, expect_array, expect_keyed
 
 LAB = Lab(
@@ -80,12 +81,14 @@ ROOFLINE_CASES = [
 # ----------------------------------------------------------------------------- oracle
 
 
+@oracle
 def oracle_rms(x, gamma, eps, out=None):
     import torch.nn.functional as F
 
     return F.rms_norm(tensor64(x), (x.shape[-1],), tensor64(gamma), eps).numpy()
 
 
+@oracle
 def oracle_layer(x, gamma, beta, eps, out=None):
     import torch.nn.functional as F
 

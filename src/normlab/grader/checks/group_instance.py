@@ -29,6 +29,7 @@ import numpy as np
 from normlab.grader.cases import Args, Graded, affine_params, backward, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, affine_grads, choice, eps_ignored, norm_dx
 
 LAB = Lab(
@@ -58,6 +59,7 @@ BROADCAST_HINT = (
 # ----------------------------------------------------------------------------- oracle
 
 
+@oracle
 def oracle_normalize(x, axes, eps=EPS):
     """x_hat over ``axes`` from torch's population statistics (``correction=0``)."""
     import torch
@@ -67,30 +69,35 @@ def oracle_normalize(x, axes, eps=EPS):
     return ((xt - mean) / torch.sqrt(var + eps)).numpy()
 
 
+@oracle
 def oracle_batch_norm(x, eps=EPS):
     import torch.nn.functional as F
 
     return F.batch_norm(tensor64(x), None, None, training=True, eps=eps).numpy()
 
 
+@oracle
 def oracle_layer_norm(x, eps=EPS):
     import torch.nn.functional as F
 
     return F.layer_norm(tensor64(x), tuple(x.shape[1:]), eps=eps).numpy()
 
 
+@oracle
 def oracle_instance_norm(x, eps=EPS):
     import torch.nn.functional as F
 
     return F.instance_norm(tensor64(x), eps=eps).numpy()
 
 
+@oracle
 def oracle_group_norm(x, num_groups, gamma, beta, eps=EPS):
     import torch.nn.functional as F
 
     return F.group_norm(tensor64(x), num_groups, tensor64(gamma), tensor64(beta), eps).numpy()
 
 
+@oracle
 def oracle_group_norm_backward(dy, x, num_groups, gamma, eps=EPS):
     import torch
     import torch.nn.functional as F
@@ -102,6 +109,7 @@ def oracle_group_norm_backward(dy, x, num_groups, gamma, eps=EPS):
     return xt.grad.numpy(), gt.grad.numpy(), bt.grad.numpy()
 
 
+@oracle
 def oracle_group_stat_grads(dy, x, num_groups, gamma, eps=EPS):
     """dL/dmean and dL/dvar of every (example, group), by autograd through the graph
     x -> (mean, var) -> x_hat -> y, with mean and var as the graph's nodes (shape (N, G))."""
@@ -118,6 +126,7 @@ def oracle_group_stat_grads(dy, x, num_groups, gamma, eps=EPS):
     return mean.grad.numpy(), var.grad.numpy()
 
 
+@oracle
 def oracle_dyt(x, alpha, gamma, beta):
     """DyT by its definition (Zhu et al. 2025): there is no library function to compare with."""
     import torch
@@ -125,6 +134,7 @@ def oracle_dyt(x, alpha, gamma, beta):
     return (tensor64(gamma) * torch.tanh(alpha * tensor64(x)) + tensor64(beta)).numpy()
 
 
+@oracle
 def oracle_dyt_backward(dy, x, alpha, gamma):
     import torch
 
@@ -1044,6 +1054,7 @@ GN1_PROBES = [
 ]
 
 
+@oracle
 def oracle_gn1_params(gamma, beta, height, width):
     """LayerNorm weights of shape (C, H, W), read off the library's GroupNorm with one group.
 

@@ -798,9 +798,9 @@ def warmup(sub):
 LM_LOGIT_WHY = {
     "b": "Read the two columns again: the runs without QK-norm reached tens, those with QK-norm "
     "stayed within a few units of where they started, and the final losses were close.",
-    "c": "The gains q_norm and k_norm can grow, but 100 steps barely move them: with QK-norm each "
+    "c": "The gains q_norm and k_norm can grow, but 40 steps barely move them: with QK-norm each "
     "head's q and k keep a length near sqrt(head_dim), so the logit stays near its bound.",
-    "d": "No run diverged: every loss fell to about 2.5. What grew without QK-norm was the "
+    "d": "No run diverged: every loss fell to about 2.6. What grew without QK-norm was the "
     "largest logit, from about 4 to tens.",
 }
 

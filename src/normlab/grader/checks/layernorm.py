@@ -30,6 +30,7 @@ from normlab.grader.cases import (
 )
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import (
     Probe,
     affine_grads,
@@ -55,6 +56,7 @@ F32_OFFSET = {"rtol": 1e-3, "atol": 1e-2}  # float32 with an offset of 1e4: meas
 # ----------------------------------------------------------------------------- oracle
 
 
+@oracle
 def oracle_forward(x, gamma, beta, eps=EPS):
     import torch.nn.functional as F
 
@@ -62,6 +64,7 @@ def oracle_forward(x, gamma, beta, eps=EPS):
     return F.layer_norm(tensor64(x), (d,), tensor64(gamma), tensor64(beta), eps).numpy()
 
 
+@oracle
 def oracle_backward(dy, x, gamma, eps=EPS):
     import torch
     import torch.nn.functional as F
@@ -459,6 +462,7 @@ D1_PROBES = [
 ]
 
 
+@oracle
 def oracle_d1_output(x, gamma, beta):
     """LayerNorm with d = 1, by the library."""
     import torch.nn.functional as F
@@ -550,6 +554,7 @@ def _d2_probes():
 D2_PROBES = _d2_probes()
 
 
+@oracle
 def oracle_d2_xhat(x, eps):
     """x_hat of LayerNorm for d = 2 (gamma = 1, beta = 0)."""
     return oracle_forward(x, np.ones(2), np.zeros(2), eps)

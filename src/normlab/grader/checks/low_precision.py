@@ -25,6 +25,7 @@ import numpy as np
 from normlab.grader.cases import F32, Args, Graded, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, choice
 
 LAB = Lab(
@@ -74,12 +75,14 @@ BF16_LN = {"rtol": 2.0**-8, "atol": 2.0**-10}
 # ----------------------------------------------------------------------------- oracles
 
 
+@oracle
 def oracle_to_bfloat16(x):
     import torch
 
     return torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16).float().numpy()
 
 
+@oracle
 def oracle_layernorm(x, gamma, beta, eps=LN_EPS):
     import torch.nn.functional as F
 
@@ -87,6 +90,7 @@ def oracle_layernorm(x, gamma, beta, eps=LN_EPS):
     return F.layer_norm(tensor64(x), (d,), tensor64(gamma), tensor64(beta), eps).numpy()
 
 
+@oracle
 def oracle_rmsnorm(x, gamma, eps=RMS_EPS):
     import torch.nn.functional as F
 
@@ -106,6 +110,7 @@ def _data_with(count, mean, m2):
     return rows
 
 
+@oracle
 def oracle_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     """The mean and M2 of the union of two data sets with these summaries, by torch.var_mean."""
     import torch

@@ -36,6 +36,7 @@ import numpy as np
 from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, array_of, choice
 
 LAB = Lab(
@@ -103,7 +104,7 @@ def _adaln_variant(
     return block
 
 
-oracle_adaln_zero_block = _adaln_variant()
+oracle_adaln_zero_block = oracle(_adaln_variant(), name="oracle_adaln_zero_block")
 
 ADALN_PROBES = [
     Probe(
@@ -184,7 +185,7 @@ def _init_variant(zero=("gate",), parts=("weight", "bias"), rows=False):
     return init
 
 
-oracle_adaln_zero_init = _init_variant()
+oracle_adaln_zero_init = oracle(_init_variant(), name="oracle_adaln_zero_init")
 
 INIT_PROBES = [
     Probe(
@@ -266,7 +267,7 @@ def _gated_variant(order="asked", groups="asked", gate="silu", eps_outside=False
     return norm
 
 
-oracle_gated_rmsnorm = _gated_variant()
+oracle_gated_rmsnorm = oracle(_gated_variant(), name="oracle_gated_rmsnorm")
 
 GATED_PROBES = [
     Probe(
@@ -338,7 +339,7 @@ def _grn_variant(space=(1, 2), divide_by="mean", power=1, residual=True):
     return grn
 
 
-oracle_grn_forward = _grn_variant()
+oracle_grn_forward = oracle(_grn_variant(), name="oracle_grn_forward")
 
 GRN_PROBES = [
     Probe(
@@ -400,7 +401,7 @@ def _conv_bn_variant(batch_stats=False, conv_bias=True, eps_outside=False):
     return conv_bn
 
 
-oracle_conv_bn_eval = _conv_bn_variant()
+oracle_conv_bn_eval = oracle(_conv_bn_variant(), name="oracle_conv_bn_eval")
 
 CONV_BN_PROBES = [
     Probe(
@@ -452,7 +453,7 @@ def _fold_variant(
     return fold
 
 
-oracle_fold_batchnorm = _fold_variant()
+oracle_fold_batchnorm = oracle(_fold_variant(), name="oracle_fold_batchnorm")
 
 FOLD_PROBES = [
     Probe(
@@ -521,7 +522,7 @@ def _derf_variant(function="erf", shift_inside=True, shift_scaled=False, affine=
     return derf
 
 
-oracle_derf_forward = _derf_variant()
+oracle_derf_forward = oracle(_derf_variant(), name="oracle_derf_forward")
 
 DERF_PROBES = [
     Probe(
@@ -580,7 +581,7 @@ def _max_logits_variant(scaled=True, causal=True, absolute=False):
     return max_logits
 
 
-oracle_qk_max_logits = _max_logits_variant()
+oracle_qk_max_logits = oracle(_max_logits_variant(), name="oracle_qk_max_logits")
 
 MAX_LOGIT_PROBES = [
     Probe(
@@ -647,7 +648,7 @@ def _clip_variant(
     return clip
 
 
-oracle_qk_clip = _clip_variant()
+oracle_qk_clip = oracle(_clip_variant(), name="oracle_qk_clip")
 
 CLIP_PROBES = [
     Probe(

@@ -21,6 +21,7 @@ import numpy as np
 from normlab.grader.cases import F32, Args, Graded, backward, gain, probe_table, tensor64
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
@@ -41,12 +42,14 @@ JACOBIAN_TOL = {"rtol": 1e-10, "atol": 1e-10}  # closed form vs autograd, float6
 # ----------------------------------------------------------------------------- oracle
 
 
+@oracle
 def oracle_forward(x, gamma, eps=EPS):
     import torch.nn.functional as F
 
     return F.rms_norm(tensor64(x), (x.shape[-1],), tensor64(gamma), eps).numpy()
 
 
+@oracle
 def oracle_backward(dy, x, gamma, eps=EPS):
     import torch.nn.functional as F
 
@@ -55,6 +58,7 @@ def oracle_backward(dy, x, gamma, eps=EPS):
     return xt.grad.numpy(), gt.grad.numpy()
 
 
+@oracle
 def oracle_jacobian(norm, x, gamma, eps):
     """J[i, j] = dy_i/dx_j of LayerNorm (``norm="layer"``) or RMSNorm for one vector x: (d,)."""
     import torch.nn.functional as F

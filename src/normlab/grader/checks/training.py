@@ -30,6 +30,7 @@ from normlab.grader.checks import group_instance as lab05
 from normlab.grader.checks import layernorm as lab03
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, array_of, choice
 
 # Part 0: the learner's norms of labs 02, 03 and 05 (pasted, or written here), by net_...'s norm
@@ -128,10 +129,12 @@ def _network(
     return (float(loss.detach()), *(g.numpy() for g in grads))
 
 
+@oracle
 def oracle_grads(x, labels, W1, gamma, beta, W2, b2, norm="batch", groups=4):
     return _network(x, labels, W1, gamma, beta, W2, b2, norm, groups)
 
 
+@oracle
 def oracle_sgd_step(param, grad, velocity, lr, momentum):
     """One step of ``torch.optim.SGD`` from a given momentum buffer: (param, buffer) after it."""
     import torch
@@ -151,6 +154,7 @@ def _batch(x, labels, step, batch_size, same_batch=False):
     return x[start : start + batch_size], labels[start : start + batch_size]
 
 
+@oracle
 def oracle_train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_size):
     """PyTorch trains the BatchNorm network: F.batch_norm keeps the running statistics."""
     import torch
@@ -175,6 +179,7 @@ def oracle_train(x, labels, W1, gamma, beta, W2, b2, lr, momentum, steps, batch_
     return np.array(losses), running_mean.numpy(), running_var.numpy(), *trained
 
 
+@oracle
 def oracle_predict(x, W1, gamma, beta, running_mean, running_var, W2, b2):
     import torch.nn.functional as F
 

@@ -29,6 +29,7 @@ from normlab.grader.cases import Args, Graded, probe_table, tensor64
 from normlab.grader.cases import rows_with_varied_scale as _rows_with_varied_scale
 from normlab.grader.core import CheckFailed, Lab
 from normlab.grader.forbidden import AUTOGRAD, from_scratch
+from normlab.grader.memo import oracle
 from normlab.grader.probes import Probe, choice, eps_ignored
 
 LAB = Lab(
@@ -86,6 +87,7 @@ def random_weights(rng, depth, width, gain):
 # ----------------------------------------------------------------------------- oracles
 
 
+@oracle
 def oracle_standardize(x, axis, eps=EPS):
     import torch
     import torch.nn.functional as F
@@ -100,6 +102,7 @@ def _torch_phi(activation, z):
     return {"linear": z, "tanh": torch.tanh(z), "relu": torch.relu(z)}[activation]
 
 
+@oracle
 def oracle_forward_stats(x, weights, activation, normalize=False):
     import torch
     import torch.nn.functional as F
@@ -115,6 +118,7 @@ def oracle_forward_stats(x, weights, activation, normalize=False):
     return np.array(stds)
 
 
+@oracle
 def oracle_backward(x, weights, upstream, activation):
     import torch
 
@@ -723,6 +727,7 @@ INIT_PROBES = [
 ]
 
 
+@oracle
 def oracle_init_std(fan_in, activation):
     """He et al. 2015, §2.2: the std that keeps the scale of z through a layer of the activation,
     from the activation's measured gain."""
@@ -746,6 +751,7 @@ def problem_init_std(sub):
         )
 
 
+@oracle
 def oracle_scale_with_train_stats(train, test, eps=EPS):
     import torch
 

@@ -111,6 +111,23 @@ class Isolation:
 def child_paths() -> tuple[str, ...]:
     """What the child's interpreter needs on disk: its prefixes and its own ``sys.path``
     (as ``python -I`` sees it: never the current folder), and the course package."""
+    paths = set()
+    for entry in _child_entries():
+        if entry and os.path.exists(entry):
+            for path in (os.path.realpath(entry), os.path.abspath(entry)):
+                paths.add(path if os.path.isdir(path) else os.path.dirname(path))
+    # Outermost folders only: a folder inside one already shown comes with it.
+    kept: list[str] = []
+    for path in sorted(paths):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+@functools.cache
+def _child_entries() -> tuple[str, ...]:
+    """The child's interpreter's prefixes, its executable, the folder of the course package it
+    imports and its ``sys.path``, as ``python -I`` reports them."""
     probe = subprocess.run(
         [
             sys.executable,
@@ -125,35 +142,64 @@ def child_paths() -> tuple[str, ...]:
         timeout=PROBE_TIMEOUT,
         cwd="/",
     )
-    entries = json.loads(probe.stdout)
-    paths = set()
-    for entry in entries:
-        if entry and os.path.exists(entry):
-            for path in (os.path.realpath(entry), os.path.abspath(entry)):
-                paths.add(path if os.path.isdir(path) else os.path.dirname(path))
-    # Outermost folders only: a folder inside one already shown comes with it.
-    kept: list[str] = []
-    for path in sorted(paths):
-        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
-            kept.append(path)
-    return tuple(kept)
+    return tuple(json.loads(probe.stdout))
 
 
 HIDDEN_PROBE = """
-import importlib.metadata, json, os, sys
+import csv, importlib.metadata, json, os, sys
+from pathlib import PurePosixPath
 hidden, modules, names = set(), {modules!r}, {distributions!r}
+
+def tops(dist):
+    # the first part of each installed file's path: dist.files, without a path object for
+    # each of PyTorch's 15,000 files (the first part of a plain relative path is its text up
+    # to the first slash; any other path is read as dist.files reads it)
+    record = dist.read_text("RECORD")
+    if record is None:
+        return {{file.parts[0] for file in dist.files or [] if file.parts}}
+    found = set()
+    for row in csv.reader(record.splitlines()):
+        if row:
+            first = row[0].split("/", 1)[0]
+            parts = (first,) if first not in ("", ".") else PurePosixPath(row[0]).parts
+            found.update(parts[:1])
+    return found
+
 for entry in sys.path:
     if not os.path.isdir(entry):
         continue
-    for dist in importlib.metadata.distributions(path=[entry]):
+    for dist in (d for n in names for d in importlib.metadata.distributions(name=n, path=[entry])):
         if (dist.metadata["Name"] or "").lower() in names:
-            for file in dist.files or []:
-                if file.parts and file.parts[0] != "..":
-                    hidden.add(os.path.join(entry, file.parts[0]))
+            for top in tops(dist):
+                if top != "..":
+                    hidden.add(os.path.join(entry, top))
     for name in modules:
         hidden.add(os.path.join(entry, name))
 print(json.dumps(sorted(hidden)))
 """
+
+
+@functools.cache
+def memo_folders() -> tuple[str, ...]:
+    """The oracle's memo (``grader/oracle_memo``, package data beside the grader), under each
+    name it has: the oracle's answers to the checks' questions, with the questions. A notebook
+    that could read it could answer from it (its function calling the grader's own oracle, which
+    the memo answers without PyTorch, or looking its input up), so in every lab and both modes
+    it is an empty read-only folder in the child's filesystem, as PyTorch's folders are in a
+    NumPy lab. The grader reads it in its own process, where nothing of the notebook's runs.
+    Its own copy, and any the child's interpreter could import (the course package it finds,
+    every ``normlab`` on its ``sys.path``): the grader may run another copy of the course than
+    the one the child imports."""
+    from normlab.grader import memo
+
+    relative = os.path.join("normlab", "grader", memo.MEMO_DIR.name)
+    candidates = {str(memo.MEMO_DIR)}
+    candidates |= {os.path.join(entry, relative) for entry in _child_entries() if entry}
+    found = set()
+    for folder in candidates:
+        if os.path.isdir(folder):
+            found |= {os.path.abspath(folder), os.path.realpath(folder)}
+    return tuple(sorted(found))
 
 
 @functools.cache
@@ -255,6 +301,12 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
     for path in shown:  # after /tmp: a course checked out under /tmp is bound back on top
         command += ["--ro-bind", path, path]
     command += ["--remount-ro", "/tmp"]
+    inside = [*shown, *(s for s in SYSTEM if os.path.isdir(s) and not os.path.islink(s))]
+    for path in memo_folders():  # in every lab: an empty read-only folder, where it is shown
+        if not any(path == s or path.startswith(s.rstrip("/") + "/") for s in inside):
+            continue
+        command += ["--perms", "0555", "--size", str(HIDDEN_FOLDER_BYTES), "--tmpfs", path]
+        command += ["--remount-ro", path]
     if hide_init is not None:
         for path in hidden_paths():
             command += ["--perms", "0555", "--size", str(HIDDEN_FOLDER_BYTES), "--tmpfs", path]
@@ -339,13 +391,73 @@ def unprivileged_ids(sandbox: bool, python: str = sys.executable) -> tuple[int, 
     return ids if probe.returncode == 0 else None
 
 
+#: the probes started by ``start_probes``, if any (one set per run)
+_probing: list[threading.Thread] = []
+
+
+def start_probes(sandbox: bool | None) -> None:
+    """Start the probes ``choose_isolation``, ``hidden_paths`` and ``memo_folders`` will ask,
+    each in a thread of its own; return at once.
+
+    Each probe is a process of its own (an interpreter, ``bwrap``) that the grader only waits
+    for, and run one after the other they were the longest part of grading one notebook alone
+    once PyTorch was no longer imported (0.6-1.2 s of wall time on a busy 2-core machine). Here
+    they run side by side, and beside the grader's own start-up (its imports, the notebook's
+    parsing). Their answers are cached (``functools.cache``) and used by ``choose_isolation``
+    exactly as without this: it waits for them (``wait_for_probes``) and asks again; a probe
+    that failed here (an exception) runs again there and fails the same way. ``sandbox``: as
+    ``choose_isolation``'s (a run that asks for no sandbox does not probe bubblewrap).
+    """
+    import pwd  # noqa: F401 -- imported here, before the threads that use it
+
+    # the run's likely mode (bubblewrap where it is installed): the other's probes run later,
+    # in choose_isolation, if it is the one
+    sandboxed = sandbox if sandbox is not None else shutil.which("bwrap") is not None
+    # memo_folders asks the child's interpreter for its paths (one process), which a child of
+    # either mode needs before it starts
+    probes = [hidden_paths, memo_folders] + ([bwrap_available] if sandboxed else [])
+    if not sandboxed and not workspace.started:
+        workspace.start_probe()
+    if os.geteuid() == 0:
+        probes.append(functools.partial(unprivileged_ids, sandboxed))
+    for probe in probes:
+        # bubblewrap's probes and memo_folders need the child's paths: one computes them while
+        # the others wait
+        first = child_paths if sandboxed and probe is not hidden_paths else None
+        thread = threading.Thread(
+            target=_quietly, args=(probe, first), name="normlab-probe", daemon=True
+        )
+        thread.start()
+        _probing.append(thread)
+
+
+_first_lock = threading.Lock()
+
+
+def _quietly(probe, first=None) -> None:
+    try:
+        if first is not None:
+            with _first_lock:
+                first()
+        probe()
+    except Exception:  # noqa: BLE001 -- asked again by choose_isolation, which raises it there
+        pass
+
+
+def wait_for_probes() -> None:
+    """Return once the probes ``start_probes`` started are done (at once without any)."""
+    while _probing or workspace.started:
+        (_probing or workspace.started).pop().join()
+
+
 def choose_isolation(sandbox: bool | None, allow_root: bool) -> Isolation:
     """The isolation for this run. ``sandbox=None``: bubblewrap where it runs, else processes.
 
     Raises IsolationError for ``sandbox=True`` without bubblewrap, and as root when learner
     code could only run as root and ``allow_root`` is not given.
     """
-    available = bwrap_available()
+    wait_for_probes()
+    available = bwrap_available() if sandbox is not False else False
     if sandbox and not available:
         raise IsolationError(
             "--sandbox needs bubblewrap (bwrap), installed and allowed to run here"
@@ -533,8 +645,11 @@ class ChildSubmission(core.Submission):
         private = {"bytes": self.limits.tmp_mb << 20, "files": self.limits.max_files}
         if self.isolation.private_folder and not self.isolation.sandbox:
             limits["private_folder"] = dict(private, path=self.workdir, namespace=True)
+            hide = list(memo_folders())  # in every lab, as under the sandbox
             if self.hide_torch:  # in its own mount namespace, as under the sandbox
-                limits["private_folder"].update(hide=list(hidden_paths()), hide_init=HIDDEN_INIT)
+                hide += hidden_paths()
+                limits["private_folder"].update(hide_init=HIDDEN_INIT)
+            limits["private_folder"].update(hide=hide)
             limits["pid_namespace"] = self.isolation.namespaces
         elif self.isolation.sandbox and os.geteuid() == 0:
             # bubblewrap's /tmp has a size but no bound on its number of files: as root, the

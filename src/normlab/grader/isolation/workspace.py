@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -230,3 +231,25 @@ def namespaces_available() -> bool:
 def available() -> bool:
     """True when a child can have a private, size-limited folder here (tried once)."""
     return _probe(PROBE)
+
+
+#: the probe started ahead by ``start_probe`` (``sandbox.wait_for_probes`` joins it)
+started: list[threading.Thread] = []
+
+
+def start_probe() -> None:
+    """Start ``namespaces_available`` (after ``available``, which it needs) in a thread; return
+    at once. Of the probes of a run outside the sandbox, this pair of interpreters takes longest,
+    and it needs nothing heavier than this module: ``normlab grade`` starts it before its own
+    imports (NumPy, the grader), and ``sandbox.choose_isolation`` waits for it and asks again
+    (the answers are cached; a probe that raised here raises there)."""
+
+    def probe() -> None:
+        try:
+            namespaces_available()
+        except Exception:  # noqa: BLE001 -- asked again by choose_isolation
+            pass
+
+    thread = threading.Thread(target=probe, name="normlab-probe", daemon=True)
+    thread.start()
+    started.append(thread)
