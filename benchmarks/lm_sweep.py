@@ -129,6 +129,8 @@ def collect(runs: list[dict], kept: dict | None, wall: float, workers: int) -> d
         "machine": machine,
         "torch": torch.__version__,
         "python": platform.python_version(),
+        # the CPU kernels torch ran (ATEN_CPU_CAPABILITY chooses): lm_sweep_compare.py reads it
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "settings": load().SETTINGS,
         "configs": {name: {"question": q, "changes": c} for name, (q, c) in CONFIGS.items()},
         "cpu_seconds": round(sum(r["cpu_s"] for r in runs), 1),

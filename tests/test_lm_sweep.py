@@ -74,3 +74,28 @@ def test_the_comparison_fails_for_another_configuration(re_run):
     for other in (stored(REFERENCE, seed=1), stored("pre-3e-3")):
         gaps = [abs(a - b) for a, b in zip(re_run["loss"], other["loss"][:STEPS], strict=True)]
         assert max(gaps) > 5 * LOSS_TOLERANCE
+
+
+def test_the_report_of_the_re_runs_elsewhere_is_current_and_quoted():
+    """benchmarks/results/lm_sweep_elsewhere.txt is what lm_sweep_compare.py writes from the
+    stored re-runs (torch 2.14.1, on this CPU's kernels and under ATEN_CPU_CAPABILITY=default),
+    and every figure the chapter quotes from it is in it, in both languages."""
+    import lm_sweep_compare
+
+    text = lm_sweep_compare.REPORT.read_text(encoding="utf-8")
+    assert text == lm_sweep_compare.report(lm_sweep_compare.RERUNS)
+    native, default = text.split("\n\n")
+    assert native.count("0.0000     0.0000           0.0000") == 15  # every step, every run
+    assert "same verdict in 15 of 15 runs" in native and "same verdict in 15 of 15 runs" in default
+    assert "AVX512" in native and "DEFAULT" in default
+    assert "pre-1e-2  largest logit  281.31 [185.61, 468.96] -> 199.02 [198.11, 360.23]" in default
+    assert "pre-1e-2-qk  largest logit  7.12 [6.09, 7.33] -> 6.52 [6.34, 6.68]" in default
+    runs = [
+        line.split() for line in default.splitlines() if line.split()[1:2] in (["0"], ["1"], ["2"])
+    ]
+    assert round(max(float(run[2]) for run in runs), 2) == 0.40  # a loss at some step
+    assert round(max(float(run[3]) for run in runs), 2) == 0.03  # a loss at the end
+    for chapter in ("theory/12_language_model.md", "es/theory/12_language_model.md"):
+        prose = " ".join((ROOT / chapter).read_text(encoding="utf-8").split())
+        for quoted in ("0.40 nats", "0.03", "199 [198, 360]", "281 [186, 469]", "6.5 [6.3, 6.7]"):
+            assert quoted in prose, (chapter, quoted)
