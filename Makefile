@@ -66,10 +66,13 @@ lab: $(VENV)/.installed
 # the rest; each builds its own mode's fixtures: tests/conftest.py, SPLIT_BY_MODE, WAITING).
 # Files are handed out longest first
 # (tests/conftest.py, LONGEST_FIRST), so that the run does not end on one long file alone.
-# One worker more than the machine has cores (at most 8): many tests wait on a process they
-# started (a grader, a browser, a server), and the extra worker computes meanwhile; a second
-# extra worker only adds CPU time.
-TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 8))')
+# Two workers more than the machine has cores (at most 8): many tests wait on a process they
+# started (a grader, a browser, a server, a submission held to a CPU quota), and the extra
+# workers compute meanwhile. test_adversarial.py's two waiting units hold two workers for their
+# first three minutes or so; with one extra worker, one core then sat idle: on 2 cores, 3
+# workers took 12 min 5 s and 4 took 10 min 29 s, the same CPU time (775 s user), the machine
+# 96% busy.
+TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 2, 8))')
 test: $(VENV)/.installed $(VENV)/.site-installed $(VENV)/.browser-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
