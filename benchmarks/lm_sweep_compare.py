@@ -27,7 +27,8 @@ STALLED = 3.0  # the demo's and the chapter's threshold, in nats
 REPORT = HERE / "results" / "lm_sweep_elsewhere.txt"
 # The five configurations of the placement and QK-norm comparisons, three seeds each, re-run
 # with ``--workers 1``: under torch 2.14.1 on this CPU's own kernels (AVX512), then with
-# ATEN_CPU_CAPABILITY=default.
+# ATEN_CPU_CAPABILITY=default. Both ran just before lm_sweep.py recorded the kernels itself: their
+# ``aten_cpu_capability`` was written in afterwards, from the command each ran under.
 RERUNS = (
     HERE / "results" / "lm_sweep_torch2.14.1_avx512.json",
     HERE / "results" / "lm_sweep_torch2.14.1_default.json",
