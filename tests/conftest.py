@@ -176,7 +176,7 @@ PROCESSES_ID = re.compile(r"\[processes[\]-]")
 # corpus, which each unit that does grades once.
 WAITING = {
     "tests/test_adversarial.py": (
-        "test_every_solution_keeps_full_marks_slowed_thirtyfold",
+        "test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold",
         "test_worked_solutions_keep_full_marks_beside_busy_loops",
         "test_classmates_graded_beside_setsid_spinners_keep_their_marks",
         "test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_students",

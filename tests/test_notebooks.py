@@ -35,4 +35,5 @@ def test_fresh_lab_runs_to_the_end_and_says_not_implemented(kernel, path):
 
 
 # That every solution earns full marks and every fresh lab none, graded by `normlab grade`, is
-# tests/test_adversarial.py::test_every_solution_full_and_every_fresh_lab_zero (in each mode).
+# test_adversarial.py's test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold (in
+# each mode).

@@ -671,9 +671,9 @@ def test_the_translations_command_reports_and_restamps(course, capsys):
 # ----------------------------------------------------------------------------- grading
 
 
-# The Spanish labs grade 0 fresh and full with the answers pasted in: graded by the released
-# edition's grader, tests/test_release.py::test_spanish_edition_labs_grade_zero_fresh_and_full_when_filled
-# (the same generated labs; one run for both).
+# The Spanish labs grade full with the answers pasted in, graded by the released edition's
+# grader (tests/test_release.py::test_spanish_edition_labs_grade_full_when_filled), and 0 as
+# shipped (the edition's own `make test`, run by test_release.py's student-edition test).
 
 
 @pytest.fixture(scope="module")
