@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     folder = Path(options.records)
     wall = machine = None
+    status = 0
     if not options.report_only:
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("*.jsonl"):
@@ -180,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         cpu_before, started = machine_cpu(), time.monotonic()
         done = subprocess.run(["make", "test"], cwd=ROOT, env=environment, check=False)
         wall, machine = time.monotonic() - started, machine_cpu() - cpu_before
-        if done.returncode != 0:
-            print(f"make test failed (exit status {done.returncode})", file=sys.stderr)
+        status = done.returncode
+        if status != 0:
+            print(f"make test failed (exit status {status})", file=sys.stderr)
     text = report(folder, wall, machine)
     for group in glob.glob(os.path.join(ACCT, "normlab-suite-*")):
         try:
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
     Path(options.out).write_text(text, encoding="utf-8")
     print(text, end="")
-    return 0
+    return status  # make test's: a report of a failed run is still written
 
 
 if __name__ == "__main__":

@@ -1508,19 +1508,28 @@ def test_a_cell_kept_waiting_for_a_cpu_is_the_machines_and_a_sleep_is_the_studen
         assert (alone["score"], alone["error"]) == (FULL, None), alone
 
 
-# One mark per mode: under `make test` the two modes' runs of the test below are on two workers
-# at the same time, and each must find and kill its own notebook's process, not the other's.
-KILL_ME_MARKS = {"processes": "4242.0515151", "sandbox": "4242.0515152"}
+# One mark per run of the test below: under `make test` the two modes' runs are on two workers
+# at the same time (and under `pytest -n` any two may be), and each must find and kill its own
+# notebook's process, not another's.
+KILL_ME_MARKS = {
+    ("processes", "once"): "4242.0515151",
+    ("sandbox", "once"): "4242.0515152",
+    ("processes", "always"): "4242.0515153",
+    ("sandbox", "always"): "4242.0515154",
+}
 
 
+@pytest.mark.parametrize("kills", ["once", "always"])
 @pytest.mark.parametrize("mode", MODES)
-def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode):
+def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode, kills):
     """A notebook whose process is SIGKILLed by someone else (here, this test) is not the
-    student's doing: its result is not cached, and the next run grades it again. The notebook
-    waits for a child that carries a mark; the test kills the notebook's process, found as that
-    child's parent. Run again, nobody kills it: the wait ends at the cell's alarm and the
-    notebook earns full marks, then a third run reuses that cached result."""
-    mark = KILL_ME_MARKS[mode]
+    student's doing. The notebook waits for a child that carries a mark; the test kills the
+    notebook's process, found as that child's parent. Killed once, the submission is graded
+    again, afresh, in the same run: full marks, cached (a second run reuses it). Killed every
+    time (each process of both gradings): its result says so, is not cached, and the next run,
+    where nobody kills it, grades it again: the wait ends at the cell's alarm and the notebook
+    earns full marks, which a third run reuses."""
+    mark = KILL_ME_MARKS[mode, kills]
     wait = (
         "import os\n"
         f"child = os.fork()\nif child == 0:\n    os.execv('/bin/sleep', ['sleep', '{mark}'])\n"
@@ -1531,37 +1540,46 @@ def test_a_result_killed_from_outside_is_never_cached(tmp_path, mode):
     folder = tmp_path / "class"
     folder.mkdir()
     nbformat.write(notebook, folder / "03_layernorm.ipynb")
-    # The restart after the kill waits for the marked child again, to the cell's alarm, and so
-    # does the second run: 10 s each, twice the grader's least cell time, so that on a loaded
-    # core the solution's own cells never come near it; the checks then have the hang guard's
-    # budget, so that none uses it up and is reported last instead of the kill.
+    # A run that is not killed waits for the marked child, to the cell's alarm: 10 s, twice the
+    # grader's least cell time, so that on a loaded core the solution's own cells never come
+    # near it; the checks then have the hang guard's budget, so that none uses it up and is
+    # reported last instead of the kill.
     extra = [*grading_budget(cell_s=10), "--cache", str(tmp_path / "cache.json")]
     grader = subprocess.Popen(
         grade_command(folder, mode, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    killed = False
-    while not killed and grader.poll() is None:
+    killed: set[int] = set()  # the notebook processes killed, by pid
+    while grader.poll() is None and not (kills == "once" and killed):
         for name in os.listdir("/proc"):
             try:
                 if mark.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
                     stat = Path(f"/proc/{name}/stat").read_text()
-                    os.kill(int(stat.rsplit(")", 1)[1].split()[1]), 9)  # its parent
-                    killed = True
-                    break
+                    parent = int(stat.rsplit(")", 1)[1].split()[1])
+                    if parent not in killed:
+                        os.kill(parent, 9)
+                        killed.add(parent)
+                        break
             except (OSError, ValueError):
                 continue
         time.sleep(0.05)
     stdout, stderr = grader.communicate(timeout=600)
     assert killed and grader.returncode == 0, stderr.decode()[-2000:]
     (first,) = json.loads(stdout)["submissions"]
-    assert "sent by neither the grader nor a limit" in first["error"], first["error"]
-    assert first["score"] < FULL
-    # the next runs in this process: a new one would import PyTorch again for nothing
-    second = grade_here(folder, mode, *extra)
-    assert "reused 0 unchanged" in second.stderr, second.stderr[-2000:]
-    assert json.loads(second.stdout)["submissions"][0]["score"] == FULL
-    third = grade_here(folder, mode, *extra)
-    assert "reused 1 unchanged" in third.stderr, third.stderr[-2000:]
+    if kills == "once":
+        # graded again: its wait ended at the cell's alarm (the notebook's own doing)
+        assert first["score"] == FULL, first
+        assert "sent by neither" not in first["error"] and "Timeout" in first["error"], first
+    else:
+        # every process of both gradings: the first process and its restarts, twice
+        assert len(killed) >= 2, killed
+        assert "sent by neither the grader nor a limit" in first["error"], first["error"]
+        assert first["score"] < FULL
+        # the next run in this process (a new one would import PyTorch again for nothing)
+        second = grade_here(folder, mode, *extra)
+        assert "reused 0 unchanged" in second.stderr, second.stderr[-2000:]
+        assert json.loads(second.stdout)["submissions"][0]["score"] == FULL
+    again = grade_here(folder, mode, *extra)
+    assert "reused 1 unchanged" in again.stderr, again.stderr[-2000:]
 
 
 @pytest.mark.parametrize("limit", ["max_cell_tokens=20", "max_code_tokens=30"])
@@ -1569,7 +1587,8 @@ def test_the_parse_bounds_of_limit_are_the_ones_used(tmp_path, limit):
     """``--limit max_cell_tokens=`` / ``max_code_tokens=`` bound what the grader parses: the
     solution, whose function cells have more tokens than that, is then not analysed (a
     finding), and its checks with a from-scratch rule earn nothing. With the default bounds the
-    same notebook earns full marks (test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold)."""
+    same notebook earns full marks
+    (test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold)."""
     from corpus import _points_without_a_from_scratch_rule
 
     shutil.copy(SOLUTION, tmp_path / "03_layernorm.ipynb")

@@ -354,26 +354,37 @@ def run(grading: Grading) -> None:
             environment=lab.environment,
         )
 
-    with contextlib.ExitStack() as stack:
-        submission = stack.enter_context(child(grading.cells))
-        # Its start-up and cells run while the grader may still be importing the oracle's
-        # library (``import_oracle_in_background``), which the checks need.
-        submission.start_early()
-        wait_for_oracle()
-        one_oracle_thread()  # where PyTorch was imported some other way (a check's own import)
-        graded, companion = submission, None
-        if lab.companion is not None:  # started at its first call, in a process of its own
-            companion = stack.enter_context(child(lab.companion.cells(grading.cells)))
-            graded = core.WithCompanion(submission, companion, lab.companion.names)
-        grading.results = core.run_checks(lab, graded)
-        grading.error = attribute(grading, submission)
-        # not the student's doing: killed from outside, or stopped by the machine's load
-        grading.cacheable = not any(
-            process.killed_from_outside or process.machine_busy
-            for process in (submission, companion)
-            if process is not None
-        )
+    # A process killed by a SIGKILL that neither the grader nor a limit of the submission sent
+    # (someone on the machine, or the notebook itself) is not the student's doing: the whole
+    # submission is graded once more, afresh, in this run, so that such a kill costs nobody a
+    # point; killed again, its result says so and is not cached (the next run grades it again).
+    for _ in range(1 + OUTSIDE_KILL_REGRADES):
+        with contextlib.ExitStack() as stack:
+            submission = stack.enter_context(child(grading.cells))
+            # Its start-up and cells run while the grader may still be importing the oracle's
+            # library (``import_oracle_in_background``), which the checks need.
+            submission.start_early()
+            wait_for_oracle()
+            one_oracle_thread()  # where PyTorch was imported another way (a check's own import)
+            graded, companion = submission, None
+            if lab.companion is not None:  # started at its first call, in a process of its own
+                companion = stack.enter_context(child(lab.companion.cells(grading.cells)))
+                graded = core.WithCompanion(submission, companion, lab.companion.names)
+            grading.results = core.run_checks(lab, graded)
+            grading.error = attribute(grading, submission)
+            processes_used = [p for p in (submission, companion) if p is not None]
+            killed = any(process.killed_from_outside for process in processes_used)
+            # not the student's doing: killed from outside, or stopped by the machine's load
+            grading.cacheable = not any(
+                process.killed_from_outside or process.machine_busy for process in processes_used
+            )
+        if not killed:
+            break
 
+
+#: how many times a submission is graded again, afresh, in the same run, when a process of it was
+#: killed by a SIGKILL that neither the grader nor a limit of the submission sent (``run``)
+OUTSIDE_KILL_REGRADES = 1
 
 #: the error of a submission that the machine's load stopped somewhere (``isolation.clock``)
 BUSY_ERROR = (
