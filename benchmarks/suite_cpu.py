@@ -42,9 +42,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ACCT = "/sys/fs/cgroup/cpuacct"
 RECORDS = "NORMLAB_SUITE_CPU"
-# The units of tests/conftest.py's scheduler (its SPLIT_BY_MODE and WAITING, read here so that a
-# test added to them is a unit of this report too).
-sys.path.insert(0, str(ROOT / "tests"))
 
 _group: str | None = None
 _out = None
@@ -95,14 +92,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def unit(nodeid: str) -> str:
-    """The unit of the suite a test belongs to, as tests/conftest.py's scheduler forms them."""
+    """The unit of the suite a test belongs to: tests/conftest.py's scheduler's own (``unit_of``),
+    so that a test added to its SPLIT_BY_MODE or WAITING is a unit of this report too."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
     import conftest
 
-    path = nodeid.split("::")[0]
-    if path in conftest.SPLIT_BY_MODE:
-        path += "[processes]" if conftest.PROCESSES_ID.search(nodeid) else ""
-        path += "[waits]" if conftest._waits(nodeid) else ""
-    return path
+    return conftest.unit_of(nodeid.split("::")[0], nodeid)
 
 
 def machine_cpu() -> float:

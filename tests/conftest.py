@@ -191,6 +191,15 @@ def _waits(nodeid: str) -> bool:
     return rest.split("[", 1)[0] in WAITING.get(path, ())
 
 
+def unit_of(scope: str, nodeid: str) -> str:
+    """The unit of the suite that a test goes in: its file (``scope``, pytest-xdist's loadfile
+    scope), SPLIT_BY_MODE's files one per mode and WAITING (benchmarks/suite_cpu.py's too)."""
+    if scope in SPLIT_BY_MODE:
+        scope += "[processes]" if PROCESSES_ID.search(nodeid) else ""
+        scope += "[waits]" if _waits(nodeid) else ""
+    return scope
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's loadfile, except that SPLIT_BY_MODE's files are two units (see above)."""
@@ -200,11 +209,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class LoadFileAndModeScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            if scope in SPLIT_BY_MODE:
-                scope += "[processes]" if PROCESSES_ID.search(nodeid) else ""
-                scope += "[waits]" if _waits(nodeid) else ""
-            return scope
+            return unit_of(super()._split_scope(nodeid), nodeid)
 
     return LoadFileAndModeScheduling(config, log)
 

@@ -323,13 +323,13 @@ def test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold(tmp_path
     labs = all_labs()
     slowed = cgroup.cpu_available() is not None
     folders = {speed: tmp_path / speed for speed in SLOWED}
+    fresh_labs = folders["tenfold"] / "labs"
+    fresh_labs.mkdir(parents=True)
     for stem in labs:
         folder = folders["tenfold" if stem in HEAVIEST else "thirtyfold"] / "solutions"
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "solutions" / f"{stem}.ipynb", folder / f"{stem}.ipynb")
-        fresh = folders["tenfold"] / "labs"
-        fresh.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "labs" / f"{stem}.ipynb", fresh / f"{stem}.ipynb")
+        shutil.copy(ROOT / "labs" / f"{stem}.ipynb", fresh_labs / f"{stem}.ipynb")
 
     def count(speed):
         return len(list(folders[speed].rglob("*.ipynb")))

@@ -375,9 +375,7 @@ def run(grading: Grading) -> None:
             processes_used = [p for p in (submission, companion) if p is not None]
             killed = any(process.killed_from_outside for process in processes_used)
             # not the student's doing: killed from outside, or stopped by the machine's load
-            grading.cacheable = not any(
-                process.killed_from_outside or process.machine_busy for process in processes_used
-            )
+            grading.cacheable = not killed and not any(p.machine_busy for p in processes_used)
         if not killed:
             break
 
