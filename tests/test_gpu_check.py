@@ -6,6 +6,7 @@ prints a score line), not lab 11: the script's reading of them is what is tested
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -126,13 +127,28 @@ def test_make_gpu_check_stops_with_the_scripts_message(tmp_path):
     ids=["full-marks", "short", "raises"],
 )  # fmt: skip
 def test_interpret_runs_the_checks_and_the_benchmark_into_the_results_file(
-    tmp_path, scores, extra, status, verdict, line
+    tmp_path, monkeypatch, scores, extra, status, verdict, line
 ):
+    """The full-marks notebook goes through the script as `make gpu-check --interpret` runs it,
+    in a process of its own, the benchmark included. The two that fall short go through the
+    script's ``main`` in this process with the benchmark left out (its table is the full-marks
+    run's to show; what differs here is how the check cells' scores and errors are read): the
+    benchmark's run under the interpreter cost each some 5 s of CPU."""
     pytest.importorskip("triton", reason=missing_extra("11_triton_kernels"))
     out = tmp_path / "results.txt"
-    done = run("--interpret", "--notebook", str(notebook(tmp_path / "nb.ipynb", scores, extra)),
-               "--out", str(out))  # fmt: skip
-    assert done.returncode == status, done.stdout[-3000:] + done.stderr[-3000:]
+    arguments = ["--interpret", "--notebook", str(notebook(tmp_path / "nb.ipynb", scores, extra)),
+                 "--out", str(out)]  # fmt: skip
+    benchmarked = status == 0
+    if benchmarked:
+        done = run(*arguments)
+        assert done.returncode == status, done.stdout[-3000:] + done.stderr[-3000:]
+    else:
+        spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        monkeypatch.setattr(script, "run_benchmark", lambda *_: ("(not run here)", True))
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # main sets it; put back afterwards
+        assert script.main(arguments) == status
     text = out.read_text(encoding="utf-8")
     header, _, body = text.partition("\n\n")
     keys = {entry.split(": ", 1)[0] for entry in header.splitlines()}
@@ -146,4 +162,5 @@ def test_interpret_runs_the_checks_and_the_benchmark_into_the_results_file(
     assert "tri_rmsnorm_backward: 5/5 points" in whole and "tri_call" not in whole
     # the benchmark ran on the same kernels and its table is in the file
     table = body.split("## benchmarks/triton_norms.py\n", 1)[1]
-    assert "tri_rmsnorm_forward" in table and "copy" in table, table
+    if benchmarked:
+        assert "tri_rmsnorm_forward" in table and "copy" in table, table

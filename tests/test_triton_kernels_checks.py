@@ -330,8 +330,11 @@ EXPECTED = {
     "noop": (0, 6),
     "escape": (11, 17),
     "unmasked": (10, 16),
-    "solution": (15, 21),
 }
+# The worked solution earns all 15 kernel points (21 in all) under `normlab grade` in both modes:
+# test_adversarial's graded solutions. Here the forgeries that keep some right kernels (escape,
+# unmasked) show that kernels do launch and earn in the same run, so that a forgery's 0 is the
+# forgery's; grading the solution here as well cost some 8 s of the suite's CPU.
 UNMASKED_SAYS = "`_ln_fwd_kernel`, program 0: a `tl.load` of `X` reaches past its rows"
 
 
@@ -339,8 +342,6 @@ def forgery_cells(kind: str) -> list[str]:
     """The solution's code cells (check cells included), changed into the forgery ``kind``."""
     notebook = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
     cells = [c.source for c in notebook.cells if c.cell_type == "code"]
-    if kind == "solution":
-        return cells
     empty, last = FORGERIES[kind]
     if empty:
         cells = [_kernels_emptied(c) for c in cells]
@@ -411,7 +412,7 @@ MODES = ["processes", "sandbox"]
 
 @pytest.fixture(scope="module", params=MODES)
 def graded_forgeries(request, tmp_path_factory):
-    """`normlab grade` of the solution and the three forgeries, in one isolation mode."""
+    """`normlab grade` of the four forgeries, in one isolation mode."""
     from conftest import grade_json
 
     from normlab.grader.isolation.sandbox import bwrap_available
@@ -544,6 +545,41 @@ def test_the_guard_stops_the_learners_own_launch():
 
     last[(1,)](strided, strided.stride(0), 8)
     assert strided[-1] == 2.0
+
+
+def test_a_launch_patches_the_language_once_and_computes_the_same(monkeypatch):
+    """Under the guard, the interpreter's patching of ``triton.language`` runs once per launch
+    and per set of modules, not again at every ``tl.sum`` of every program: 40 programs, each
+    calling ``tl.sum`` and ``tl.max``, walk the language's members a handful of times, where
+    each program's calls walked them again. The sums are the same."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    from normlab.grader import kernel_launch
+
+    kernel_launch.guard_launches()
+    walks = []
+    walk = interpreter._patch_builtin
+    monkeypatch.setattr(
+        interpreter, "_patch_builtin", lambda *a, **k: walks.append(1) or walk(*a, **k)
+    )
+
+    @triton.jit
+    def row_stats(X, S, N, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(X + row * N + cols, mask=cols < N, other=0.0)
+        tl.store(S + row, tl.sum(x, axis=0) + tl.max(x, axis=0))
+
+    x = torch.randn(40, 7)
+    out = torch.empty(40)
+    for _ in range(2):  # a second launch patches (and restores) as the first did
+        walks.clear()
+        row_stats[(40,)](x, out, 7, BLOCK=8)
+        torch.testing.assert_close(out, x.sum(1) + x.max(1).values)
+        assert 0 < len(walks) <= 20, len(walks)  # each program's calls walked 12 more
 
 
 # ----------------------------------------------------------------------------- bytes moved
