@@ -672,7 +672,7 @@ def test_the_translations_command_reports_and_restamps(course, capsys):
 
 
 # The Spanish labs grade full with the answers pasted in, graded by the released edition's
-# grader (tests/test_release.py::test_edition_labs_grade_full_when_filled_in_both_languages), and 0 as
+# grader (tests/test_release.py::test_edition_labs_grade_full_when_filled), and 0 as
 # shipped (the edition's own `make test`, run by test_release.py's student-edition test).
 
 
