@@ -72,10 +72,10 @@ lab: $(VENV)/.installed
 # first three minutes or so; with one extra worker, one core then sat idle: on 2 cores, 3
 # workers took 12 min 5 s and 4 took 10 min 29 s, the same CPU time (775 s user), the machine
 # 96% busy.
+TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 2, 8))')
 # Bytecode is written (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set:
 # the run starts hundreds of interpreters (workers, kernels, graders, course copies), and each
 # would otherwise compile the course's modules, and rewrite the tests' asserts, from source.
-TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 2, 8))')
 test: $(VENV)/.installed $(VENV)/.site-installed $(VENV)/.browser-installed
 	$(VENV)/bin/ruff check src tests solutions notebooks benchmarks
 	$(VENV)/bin/ruff format --check src tests solutions notebooks benchmarks
