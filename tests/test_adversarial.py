@@ -35,6 +35,7 @@ from corpus import (
     SETSID_SPINNERS,
     SHM_KEYS,
     SOLUTION,
+    SPINNER_CELL_OPTIONS,
     SPINNER_FILES,
     SURVIVOR_MARK,
     TEST_MEMORY_MB,
@@ -108,6 +109,7 @@ def make_targets(base: Path, folder: Path) -> dict[str, Path]:
     targets = {
         "sentinel": base / "outside" / "sentinel.txt",
         "gradebook": base / "out" / "grades.csv",
+        "spinners' gradebook": base / "out" / "spinners.csv",
         "victim": folder / "03_layernorm_control_correct.ipynb",
         "secret": base / "home" / "secret.txt",
         "linked": base / "outside" / "linked.txt",
@@ -138,18 +140,30 @@ def corpus_run(tmp_path_factory, request):
                     path.write_bytes(text.replace(mark, SURVIVOR_MARKS["sandbox"].encode()))
                     marked.append(path.name)
         assert marked, "no notebook of the corpus carries the survivor mark"
+    else:  # the spinners: a run of their own, on a cell budget of 2 s (SPINNER_CELL_OPTIONS)
+        (base / "spinners").mkdir()
+        for name in SPINNER_FILES:
+            (folder / name).rename(base / "spinners" / name)
     shutil.copy(SOLUTION, targets["victim"])
     shutil.copy(LAB, folder / "03_layernorm_control_lab.ipynb")
     scratch = base / "tmp"  # the grader's temporary folders, checked empty afterwards
     scratch.mkdir()
     environment = dict(os.environ, TMPDIR=str(scratch))
-    command = grade_command(folder, request.param, "--jobs", "2", "--timeout", "20")
-    command += ["--csv", str(targets["gradebook"]), "--memory", str(TEST_MEMORY_MB)]
-    command += LIMIT_OPTIONS  # every limit reached long before its time budget
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=environment)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = {Path(s["path"]).name: s for s in json.loads(done.stdout)["submissions"]}
-    return results, expected, targets, request.param, scratch, done.stderr
+    runs = {folder: [targets["gradebook"], []]}
+    if request.param == "processes":
+        runs[base / "spinners"] = [targets["spinners' gradebook"], SPINNER_CELL_OPTIONS]
+    results, stderr = {}, ""
+    for graded, (gradebook, extra) in runs.items():
+        command = grade_command(graded, request.param, "--jobs", "2", "--timeout", "20", *extra)
+        command += ["--csv", str(gradebook), "--memory", str(TEST_MEMORY_MB)]
+        command += LIMIT_OPTIONS  # every limit reached long before its time budget
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=1800, env=environment
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        results.update({Path(s["path"]).name: s for s in json.loads(done.stdout)["submissions"]})
+        stderr += done.stderr
+    return results, expected, targets, request.param, scratch, stderr
 
 
 def _for_mode(value, mode):
@@ -214,8 +228,11 @@ def test_other_students_are_graded_normally(corpus_run):
 
 def test_gradebook_holds_the_real_scores(corpus_run):
     results, _, targets, _, _, _ = corpus_run
-    with open(targets["gradebook"], newline="") as stream:
-        rows = list(csv.DictReader(stream))
+    rows = []
+    for gradebook in (targets["gradebook"], targets["spinners' gradebook"]):
+        if gradebook.exists():  # the spinners' run is the processes mode's only
+            with open(gradebook, newline="") as stream:
+                rows += list(csv.DictReader(stream))
     assert len(rows) == len(results)
     for row in rows:
         result = results[Path(row["path"]).name]
