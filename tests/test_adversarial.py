@@ -348,7 +348,8 @@ def test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold(tmp_path
     folders = {speed: tmp_path / speed for speed in SLOWED}
     with_fresh = mode == "processes"
     fresh_labs = folders["tenfold"] / "labs"
-    fresh_labs.mkdir(parents=True)
+    if with_fresh:
+        fresh_labs.mkdir(parents=True)
     for stem in labs:
         folder = folders["tenfold" if stem in HEAVIEST else "thirtyfold"] / "solutions"
         folder.mkdir(parents=True, exist_ok=True)

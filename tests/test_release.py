@@ -265,46 +265,24 @@ def folder_and_stem(path: str) -> tuple[str, str]:
     return folder, name.removesuffix(".ipynb")
 
 
-def grade_filled(edition, tmp_path, languages):
-    """The edition's labs with the answers pasted in, graded by the edition's own grader in one
-    run: each full marks. ``languages``: {folder of labs: how to fill one}, each language's
-    copies in a folder of their own. That each lab as shipped earns 0 under that grader is the
-    edition's own ``make test`` (``normlab.selfcheck``, both languages), which
-    test_a_student_uses_the_edition_and_an_instructor_builds_its_site runs; grading the fresh
-    labs here as well cost some 15 s of the suite's CPU."""
-    for labs, fill in languages.items():
-        folder = tmp_path / labs.relative_to(edition).as_posix().replace("/", "-")
-        folder.mkdir()
-        for lab in labs.glob("*.ipynb"):
-            (folder / lab.name).write_bytes(lab.read_bytes())
-            fill(folder / lab.name)
-    graded = grade_with_edition(edition, tmp_path)
-    maxima = {stem: lab.max_score for stem, lab in all_labs().items()}
-    for labs in languages:
-        folder = labs.relative_to(edition).as_posix().replace("/", "-")
-        assert {
-            stem: (s["score"], s["error"]) for (f, stem), s in graded.items() if f == folder
-        } == {stem: (maximum, None) for stem, maximum in maxima.items()}, folder
-    assert len(graded) == len(languages) * len(maxima)
-
-
 @pytest.mark.isolation
 def test_edition_labs_grade_full_when_filled(spanish_edition, tmp_path):
     """The Spanish labs of an edition that has both languages, their answers pasted into the
-    Spanish cells, graded by the edition's grader: full marks. The English labs are not graded
-    here again: the edition's grader is one for both languages (its check modules, answers
-    hidden, are what this run tries), and the English labs are the repository's, whose
-    answers are the worked solutions that test_adversarial grades in both isolation modes.
-    Grading them here as well cost some 25 s of the suite's CPU."""
-    grade_filled(
-        spanish_edition,
-        tmp_path,
-        {
-            spanish_edition / "es" / "labs": lambda lab: fill_answer_regions(
-                lab, ROOT / "solutions" / lab.name
-            ),
-        },
-    )
+    Spanish cells, graded by the edition's grader in one run: full marks. The English labs are
+    not graded here again: the edition's grader is one for both languages (its check modules,
+    answers hidden, are what this run tries), and the English labs are the repository's, whose
+    answers are the worked solutions that test_adversarial grades in both isolation modes;
+    grading them here as well cost some 25 s of the suite's CPU. That each lab as shipped earns
+    0 under that grader is the edition's own ``make test`` (``normlab.selfcheck``, both
+    languages), which test_a_student_uses_the_edition_and_an_instructor_builds_its_site runs;
+    grading the fresh labs here as well cost some 15 s."""
+    for lab in (spanish_edition / "es" / "labs").glob("*.ipynb"):
+        (tmp_path / lab.name).write_bytes(lab.read_bytes())
+        fill_answer_regions(tmp_path / lab.name, ROOT / "solutions" / lab.name)
+    graded = grade_with_edition(spanish_edition, tmp_path)
+    assert {stem: (s["score"], s["error"]) for (_, stem), s in graded.items()} == {
+        stem: (lab.max_score, None) for stem, lab in all_labs().items()
+    }
 
 
 # ----------------------------------------------------------------------------- the Spanish edition
