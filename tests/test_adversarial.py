@@ -1206,6 +1206,30 @@ def test_a_stopped_fork_server_is_seen_as_stopped():
         server.process.wait()
 
 
+def test_a_forked_childs_backward_imports_nothing_and_the_server_no_triton():
+    """What PyTorch imports when a child first calls ``backward(gradient)`` (its symbolic shapes
+    and SymPy: 0.3 s of CPU) the fork server has imported once (``SERVER_PRELOAD``). It imports
+    no Triton (``torch._dynamo`` would): the lab's environment chooses Triton's interpreter, in
+    the child; and the NumPy labs' server imports no PyTorch at all."""
+    code = (
+        "import json, sys\n"
+        "from normlab.grader.isolation import forkserver\n"
+        "forkserver._preload(torch=False)\n"
+        "assert 'torch' not in sys.modules, 'the NumPy server imported torch'\n"
+        "forkserver._preload(torch=True)\n"
+        "assert 'triton' not in sys.modules, 'the server imported Triton'\n"
+        "import torch\n"
+        "before = set(sys.modules)\n"
+        "y = torch.nn.Linear(3, 3)(torch.ones(2, 3))\n"
+        "y.backward(torch.ones_like(y))\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported = json.loads(done.stdout)
+    assert [name for name in imported if name.startswith(("torch.fx", "sympy"))] == [], imported
+
+
 def test_the_reaper_leaves_the_graders_own_children_alone():
     """While one submission ends (and the reaper sweeps up orphans), another worker thread may
     be running a probe of its own, a plain child of the grader. Killing it once cost a correct

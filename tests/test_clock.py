@@ -90,3 +90,21 @@ def test_with_neither_count_only_the_backstop_ends_a_span_and_it_is_the_students
 
 def test_this_kernel_reports_a_threads_wait_for_a_cpu():
     assert clock.own_waits() is not None
+
+
+def test_a_look_reads_the_counts_only_once_they_could_have_reached_a_limit(monkeypatch):
+    """``look`` (the grader's wait on a reply or a request, once per piece of it) reads the
+    counts again only when a limit could have been reached: CPU time grows by at most one
+    second a second here, so a span 4 s into a 5 s budget cannot end before 1 s more."""
+    counts = Counts(monkeypatch)
+    reads = []
+    cpu = counts.cpu
+    counts.cpu = lambda: reads.append(1) or cpu()
+    loop = span(counts)
+    assert (loop.look(), len(reads)) == (pytest.approx(5.0), 2)  # the start, and one look
+    counts.advance(4.0, cpu=4.0)
+    assert (loop.look(), len(reads)) == (pytest.approx(1.0), 2)
+    counts.advance(0.5, cpu=0.5)
+    assert (loop.look(), len(reads)) == (pytest.approx(0.5), 2)
+    counts.advance(0.5, cpu=0.5)
+    assert (loop.look(), loop.ended, len(reads)) == (None, clock.SPENT, 3)

@@ -74,6 +74,25 @@ def test_scan_finds_direct_aliased_and_helper_uses():
     assert scan_source(["def broken(:"], "broken", NORMS) == []
 
 
+def test_a_notebooks_bindings_are_built_once_for_all_its_scans(monkeypatch):
+    """Each graded function's scan reads the notebook's name bindings (imports, aliases): they
+    are built once per notebook, not once per scan (``trap.bindings_of``), and a changed
+    notebook gets its own."""
+    from normlab.grader import trap
+
+    built = []
+    real = trap._Bindings
+    monkeypatch.setattr(trap, "_Bindings", lambda trees: built.append(1) or real(trees))
+    trap._bindings_of.cache_clear()
+    cells = ["import torch.nn.functional as fn", "def g(x):\n    return fn.layer_norm(x, (4,))"]
+    for name in ("g", "g", "other"):
+        assert scan_source(cells, name, NORMS) == (["fn.layer_norm"] if name == "g" else [])
+    assert trap.notebook_findings(cells, NORMS) is not None
+    assert len(built) == 1
+    assert scan_source(["fn = object()", cells[1]], "g", NORMS) == []
+    assert len(built) == 2
+
+
 def test_runtime_trap_records_and_restores():
     import torch
     import torch.nn.functional as F

@@ -157,6 +157,19 @@ def _parse_all(sources: Iterable[str]) -> list[tuple[int, ast.Module]]:
     ]
 
 
+def bindings_of(sources: Iterable[str]) -> _Bindings:
+    """The notebook's ``_Bindings``, built once per parse of its cells (``parse_cells``): each
+    graded function's scan, and the whole notebook's, read the same ones."""
+    return _bindings_of(parse_cells(tuple(sources)))
+
+
+@functools.lru_cache(maxsize=8)
+def _bindings_of(parsed: tuple) -> _Bindings:
+    return _Bindings(
+        [(index, tree) for index, tree in enumerate(parsed) if isinstance(tree, ast.Module)]
+    )
+
+
 def _top_level_functions(trees) -> dict[str, ast.AST]:
     """name -> the last top-level ``def``/``class`` of that name (cells run in order)."""
     functions: dict[str, ast.AST] = {}
@@ -283,7 +296,7 @@ def _scan(sources: list[str], function_name: str, forbidden: list[str]) -> list[
     autograd = any(_last(name) in ("grad", "backward") for name in forbidden)
     trees = _parse_all(sources)
     functions = _top_level_functions(trees)
-    bindings = _Bindings(trees)
+    bindings = bindings_of(sources)
     found: list[str] = []
     # ``y.backward()``/``x.grad`` name the learner's own objects unless autograd is otherwise
     # in evidence (``requires_grad``, a library path): then they are named with it.
@@ -383,7 +396,7 @@ def _shown(node: ast.AST) -> str:
 def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
     suffixes = {_last(name) for name in forbidden_names}
     trees = _parse_all(sources)
-    bindings = _Bindings(trees)
+    bindings = bindings_of(sources)
     for cell, tree in trees:
         module_level = {id(node) for node in tree.body}
         for node in ast.walk(tree):

@@ -77,6 +77,8 @@ class Span:
         self.waits_start = waits() if waits is not None else None
         #: the verdict that ended the span, once one has (set by whoever stops it)
         self.ended: str | None = None
+        #: until this wall time (``time.monotonic``) no count can reach its limit (``look``)
+        self._quiet_until = self.start
 
     def counts(self) -> tuple[float, float | None, float | None]:
         """(wall seconds, CPU seconds or None, longest wait for a CPU or None) so far."""
@@ -107,7 +109,9 @@ class Span:
 
     def verdict(self) -> str | None:
         """``SPENT`` (the student's), ``BUSY`` (the machine's) or None (still running)."""
-        wall, cpu, waited = self.counts()
+        return self._verdict(*self.counts())
+
+    def _verdict(self, wall: float, cpu: float | None, waited: float | None) -> str | None:
         if cpu is not None and cpu >= self.budget:
             return SPENT
         if waited is not None and wall - waited >= self.budget:
@@ -118,10 +122,30 @@ class Span:
 
     def next_check(self) -> float:
         """Wall seconds before the budget could be reached, or the backstop (at least a tick)."""
-        wall, cpu, waited = self.counts()
+        return self._next_check(*self.counts())
+
+    def _next_check(self, wall: float, cpu: float | None, waited: float | None) -> float:
         left = self.backstop - wall
         if cpu is not None:
             left = min(left, (self.budget - cpu) / self.rate)
         if waited is not None:
             left = min(left, self.budget - (wall - waited))
         return max(MIN_TICK, left)
+
+    def look(self) -> float | None:
+        """Seconds to wait before looking again, or None once the span has ended (its verdict
+        kept in ``ended``). The counts are read only when they could have reached a limit:
+        ``next_check`` is the least wall time that takes (CPU time grows by at most ``rate`` a
+        second, own wall time and wall time by one), so a reply read in many pieces, or a
+        request written in many, costs one reading of the counts, not one or two a piece."""
+        now = time.monotonic()
+        if now < self._quiet_until:
+            return self._quiet_until - now
+        counts = self.counts()
+        verdict = self._verdict(*counts)
+        if verdict is not None:
+            self.ended = verdict
+            return None
+        wait = self._next_check(*counts)
+        self._quiet_until = now + wait
+        return wait

@@ -40,7 +40,7 @@ REAP_WAIT = 5.0
 
 def _preload(torch: bool = True) -> None:
     for name in SERVER_PRELOAD:
-        if name == "torch" and not torch:
+        if name.partition(".")[0] == "torch" and not torch:
             continue
         try:
             __import__(name)

@@ -916,11 +916,10 @@ class ChildSubmission(core.Submission):
         ``deadline`` is a time (``time.monotonic``) or a ``clock.Span`` (then its verdict is
         kept as ``span.ended``)."""
         if isinstance(deadline, clock.Span):
-            verdict = deadline.verdict()
-            if verdict is not None:
-                deadline.ended = verdict
+            wait = deadline.look()
+            if wait is None:
                 raise TimeoutError
-            return deadline.next_check()
+            return wait
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError
