@@ -117,11 +117,11 @@ def _on_alarm(signum, frame):
     span = _span[0]
     if span is None:
         raise CellTimeout()
-    verdict = span.verdict()
-    if verdict is None:  # kept waiting for a CPU: its own time is not up yet
-        signal.setitimer(signal.ITIMER_REAL, span.next_check())
+    wait = span.look()
+    if wait is not None:  # kept waiting for a CPU: its own time is not up yet
+        signal.setitimer(signal.ITIMER_REAL, wait)
         return
-    raise CellTimeout(busy=verdict == clock.BUSY)
+    raise CellTimeout(busy=span.ended == clock.BUSY)
 
 
 def strip_magics(source: str) -> str:
