@@ -378,6 +378,9 @@ def stage(STAGE: Path = STAGE) -> Path:  # noqa: N803 -- the module's default fo
 
 def build(out: Path, quiet: bool = True) -> float:
     """Stage and build the site into ``out``; return the seconds it took."""
+    from normlab.startup import skip_unused_iri_parser
+
+    skip_unused_iri_parser()  # before MyST-NB imports nbformat (normlab.startup)
     from sphinx.cmd.build import build_main
 
     start = time.perf_counter()

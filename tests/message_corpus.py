@@ -126,7 +126,9 @@ def emitted_messages(stem: str) -> dict[str, list[str]]:
     module = MODULES[stem]
     names = module.LAB.names
     found: dict[str, list[str]] = {}
-    solution = solution_namespace(stem, sources=_needs_sources(stem))
+    # Lab 07's Numba kernels run as the Python they are (conftest._numba_compiles_once): the
+    # messages are the same, and compiling them cost each test process some 6 s of CPU.
+    solution = solution_namespace(stem, sources=_needs_sources(stem), jit=False)
     for edition, namespace in (("lab", lab_namespace(stem)), ("solution", solution)):
         given = {name: namespace[name] for name in names if name in namespace}
         found[edition] = _messages_of(stem, given)

@@ -336,8 +336,8 @@ def test_every_solution_full_and_every_fresh_lab_zero_slowed_thirtyfold(tmp_path
     unslowed, by a test of their own: some 60 s of the suite's CPU for nothing this one does
     not show.)
 
-    The fresh labs are graded in the processes mode only: under the sandbox every fresh lab of
-    both languages is graded, to 0 with no error, by the student edition's own ``make test``
+    The fresh labs are graded in the processes mode only: under the sandbox every fresh English
+    lab is graded, to 0 with no error, by the student edition's own ``make test``
     (``normlab.selfcheck``, in ``normlab grade``'s default isolation), which
     test_release.py's student-edition test runs; here they cost the sandbox a fresh
     interpreter, and PyTorch's import, each (some 8 s of the suite's CPU)."""

@@ -273,9 +273,11 @@ def test_edition_labs_grade_full_when_filled(spanish_edition, tmp_path):
     answers hidden, are what this run tries), and the English labs are the repository's, whose
     answers are the worked solutions that test_adversarial grades in both isolation modes;
     grading them here as well cost some 25 s of the suite's CPU. That each lab as shipped earns
-    0 under that grader is the edition's own ``make test`` (``normlab.selfcheck``, both
-    languages), which test_a_student_uses_the_edition_and_an_instructor_builds_its_site runs;
-    grading the fresh labs here as well cost some 15 s."""
+    0 under that grader is the edition's own ``make test`` (``normlab.selfcheck``: the labs of
+    the learner's language), which test_a_student_uses_the_edition_and_an_instructor_builds_its_site
+    runs in English; a Spanish lab's code is the English lab's but for its comments, messages and
+    ``set_language`` (test_spanish), and no function of either language earns a point
+    (test_edition_earns_nothing)."""
     for lab in (spanish_edition / "es" / "labs").glob("*.ipynb"):
         (tmp_path / lab.name).write_bytes(lab.read_bytes())
         fill_answer_regions(tmp_path / lab.name, ROOT / "solutions" / lab.name)
@@ -444,6 +446,29 @@ def html_answers_finder_works(tmp_path):
     return [where for where, found, _ in leaks_in(tmp_path) if found == stem]
 
 
+@pytest.mark.parametrize(
+    ("lang", "spanish_labs", "graded"),
+    [("en", True, "labs"), ("es", True, "es/labs"), ("es", False, "labs"), (None, True, "labs")],
+)
+def test_the_edition_test_grades_the_labs_of_the_learners_language(
+    tmp_path, monkeypatch, lang, spanish_labs, graded
+):
+    """`make test` of the edition grades the labs in the learner's language (NORMLAB_LANG), the
+    English ones where the edition has no Spanish labs."""
+    from normlab import selfcheck
+    from normlab.grader import i18n
+
+    (tmp_path / "labs").mkdir()
+    if spanish_labs:
+        (tmp_path / "es" / "labs").mkdir(parents=True)
+    monkeypatch.setattr(i18n, "_chosen", None)
+    if lang is None:
+        monkeypatch.delenv("NORMLAB_LANG", raising=False)
+    else:
+        monkeypatch.setenv("NORMLAB_LANG", lang)
+    assert selfcheck.learners_folder(tmp_path) == graded
+
+
 @pytest.mark.slow
 @pytest.mark.isolation
 @pytest.mark.skipif(not (VENV / "bin" / "jupyter").exists(), reason="needs the course's .venv")
@@ -484,7 +509,9 @@ def test_a_student_uses_the_edition_and_an_instructor_builds_its_site(tmp_path, 
         before = {p: p.read_bytes() for p in (course / "work").rglob("*") if p.is_file()}
         shown = make(course, "test")
         assert "the course works on this machine" in shown, shown
-        assert shown.count("each 0 as shipped") == 2, shown  # labs/ and es/labs/
+        # the labs of the learner's language only (normlab.selfcheck.learners_folder)
+        assert shown.count("each 0 as shipped") == 1, shown
+        assert f"every lab of labs/ ({len(all_labs())})" in shown, shown
         assert before == {p: p.read_bytes() for p in (course / "work").rglob("*") if p.is_file()}
 
     def site():

@@ -394,7 +394,7 @@ AUTHOR_TARGETS = (
 EDITION_TARGETS = {
     "test": (
         "check that the course works here: the package, a Jupyter kernel and every lab's "
-        "checks (touches nothing in $(WORK)/)",
+        "checks, in your language (touches nothing in $(WORK)/)",
         "$(VENV)/.installed",
         "$(PY) -m normlab.selfcheck",
     ),
