@@ -384,8 +384,15 @@ def solution_namespace(
             text = source + "\n"
             linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         with _numba_compiles_once(jit):
-            exec(compile(source, filename, "exec"), namespace)
+            exec(_compiled(source, filename), namespace)
     return namespace
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(source: str, filename: str) -> types.CodeType:
+    """A cell's code, compiled once: the mutation tests execute the same unmutated cells around
+    each mutant's (some 35,000 compilations of a few hundred cells)."""
+    return compile(source, filename, "exec")
 
 
 @functools.cache

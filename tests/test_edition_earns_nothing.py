@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import HANG_GUARD_S, ROOT, check_results
+from conftest import HANG_GUARD_S, ROOT, _numba_compiles_once, check_results
 
 from normlab.grader.registry import all_labs
 from normlab.release import write_release
@@ -146,13 +146,17 @@ def _parsed(source: str, where: str) -> list[ast.stmt]:
 
 
 def notebook_functions(path: Path, label: str) -> dict[str, object]:
+    """A notebook's functions; a Numba kernel among them is the Python function it compiles
+    (conftest's ``_numba_compiles_once``): what it computes is the same, and compiling lab 07's
+    and its demo's for each kind of argument tried cost some 2 s."""
     namespace: dict = {"__name__": "edition_notebook"}
     found = {}
     for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
         if cell.cell_type == "code":
             where = f"<edition {label} cell {index}>"
             statements = _parsed(_source_without_magics(cell.source), where)
-            found.update(_defined(statements, namespace, where))
+            with _numba_compiles_once(jit=False):
+                found.update(_defined(statements, namespace, where))
     return found
 
 

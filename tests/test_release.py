@@ -170,6 +170,32 @@ def test_the_search_finds_the_answers_the_course_itself_holds():
     assert keys_found  # MEASURED_FIXES = "abcd" is POSTLN_FIXES's answer
 
 
+def test_an_answer_with_its_local_names_changed_is_still_found():
+    """The search compares answers with their local names numbered (``release.normalized``),
+    and its cheap filters before that must not tell renamed locals apart either: an answer
+    region that is found is still found with every name it assigns renamed."""
+    from normlab import release
+
+    index = release.answer_index(ROOT)
+    renamed_any = False
+    for stem, source in regions():
+        statements = ast.parse(source).body
+        stored = sorted(release._assigned(statements))
+        if not stored:
+            continue
+        if not release.find_answers(source, index):
+            continue
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in stored:
+                node.id += "_renamed"
+        renamed = ast.unparse(tree)
+        # found, as some lab's answer (``NAME = "c"`` is the answer of several labs)
+        assert release.find_answers(renamed, index), (stem, renamed)
+        renamed_any = True
+    assert renamed_any
+
+
 def choice_keys(source: str) -> list[ast.expr]:
     """The key of every multiple-choice check of a module, in both forms it is written in:
     ``choice(LAB, ..., key="b")`` and ``expect_choice(sub.get("NAME"), "b", ...)``."""

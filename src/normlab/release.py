@@ -132,10 +132,13 @@ def statement_lists(tree: ast.AST):
 
 
 class AnswerIndex(dict):
-    """Normalized answer region -> its lab; ``sizes``: the statement counts of the regions."""
+    """Normalized answer region -> its lab; ``sizes``: the statement counts of the regions;
+    ``signatures`` and ``shapes``: the regions' (``signature``, ``shape``), the filters a run of
+    statements passes before it is normalized."""
 
     sizes: set[int]
     signatures: set[tuple[str, ...]]
+    shapes: set[tuple[str, ...]]
 
 
 def signature(statements: list[ast.stmt]) -> tuple[str, ...]:
@@ -145,16 +148,34 @@ def signature(statements: list[ast.stmt]) -> tuple[str, ...]:
     )
 
 
+NAME_ID = re.compile(r"Name\('[^']*'")
+
+
+def shape(statements: list[ast.stmt], known: dict | None = None) -> tuple[str, ...]:
+    """The second filter: each statement's AST without positions and with every name blanked.
+    Two runs that ``normalized`` makes equal (they differ at most in their local names) have
+    the same shape, so a run whose shape no region has is no answer; ``normalized`` copies and
+    renames, and runs only where the shapes agree. ``known``: statement id -> its shape, for
+    the windows of one source, which overlap."""
+    known = {} if known is None else known
+    for statement in statements:
+        if id(statement) not in known:
+            dump = ast.dump(statement, annotate_fields=False)
+            known[id(statement)] = NAME_ID.sub("Name(", dump)
+    return tuple(known[id(statement)] for statement in statements)
+
+
 def answer_index(root: Path) -> AnswerIndex:
     """Normalized answer region -> its lab."""
     index = AnswerIndex()
-    index.sizes, index.signatures = set(), set()
+    index.sizes, index.signatures, index.shapes = set(), set(), set()
     for stem, source in answer_regions(root):
         statements = ast.parse(source).body
         if statements:
             index[normalized(statements)] = stem
             index.sizes.add(len(statements))
             index.signatures.add(signature(statements))
+            index.shapes.add(shape(statements))
     return index
 
 
@@ -164,12 +185,14 @@ def find_answers(source: str, index: AnswerIndex) -> list[tuple[list[ast.stmt], 
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    found = []
+    found, shapes = [], {}
     for body in statement_lists(tree):
         for size in sorted(index.sizes):
             for start in range(len(body) - size + 1):
                 window = body[start : start + size]
                 if signature(window) not in index.signatures:
+                    continue
+                if shape(window, shapes) not in index.shapes:
                     continue
                 lab = index.get(normalized(window))
                 if lab is not None:

@@ -460,8 +460,24 @@ def _findings(sources: list[str], forbidden_names: Iterable[str], add) -> None:
                         )
 
 
+#: dotted name -> (its root module, owner, attribute): ``_resolve``'s answers, which
+#: ``check()`` asks for each name on every call of a learner's function (20 names a call, each
+#: a walk through ``importlib``). Valid while the root module is the one that was imported.
+_RESOLVED: dict[str, tuple[object, object, str]] = {}
+
+
 def _resolve(dotted: str):
     """(owner object, attribute name) for a dotted name whose module is already imported."""
+    known = _RESOLVED.get(dotted)
+    if known is not None and sys.modules.get(dotted.split(".", 1)[0]) is known[0]:
+        return known[1], known[2]
+    found = _look_up(dotted)
+    if found is not None:
+        _RESOLVED[dotted] = (sys.modules[dotted.split(".", 1)[0]], *found)
+    return found
+
+
+def _look_up(dotted: str):
     parts = dotted.split(".")
     if parts[0] not in sys.modules:  # never import torch just to trap it
         return None
