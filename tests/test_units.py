@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,38 @@ def test_runtime_trap_records_and_restores():
     with forbidden_calls(NORMS, hits):
         torch.nn.LayerNorm(3)(torch.ones(2, 3))
     assert F.layer_norm is original and "torch.nn.LayerNorm" in hits
+
+
+def test_the_trap_resolves_a_name_once_while_its_module_is_the_one_imported(monkeypatch):
+    """``forbidden_calls`` resolves each library name once (``trap._resolve`` remembers the
+    owner), and again once the library's root module is another object (a reload): the trap
+    is then set on the module that is imported, not on a module nothing uses."""
+    import importlib
+    import types
+
+    from normlab.grader import trap
+
+    def package():
+        root, sub = types.ModuleType("nl_fake_root"), types.ModuleType("nl_fake_root.sub")
+        sub.norm = lambda x: x
+        root.sub = sub
+        monkeypatch.setitem(sys.modules, "nl_fake_root", root)
+        monkeypatch.setitem(sys.modules, "nl_fake_root.sub", sub)
+        return sub
+
+    imports = []
+    real_import = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda n: imports.append(n) or real_import(n))
+    first = package()
+    assert trap._resolve("nl_fake_root.sub.norm") == (first, "norm")
+    assert imports == ["nl_fake_root.sub"]
+    assert trap._resolve("nl_fake_root.sub.norm") == (first, "norm")
+    assert imports == ["nl_fake_root.sub"]  # remembered
+    second = package()  # the library imported anew
+    hits: list[str] = []
+    with trap.forbidden_calls(["nl_fake_root.sub.norm"], hits):
+        second.norm(1)
+    assert hits == ["nl_fake_root.sub.norm"] and first.norm is not second.norm
 
 
 def test_magics_become_pass():
