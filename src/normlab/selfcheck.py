@@ -13,7 +13,7 @@ know before starting is that what the course will do works here, so this runs ea
 
 The other language's copies are not graded: their code is the same, and what could fail on this
 machine (PyTorch, Numba or Triton under the grader, the sandbox) fails for the labs of either
-language; grading both took twice as long (25 s of CPU against 12 on a 2-core machine).
+language; grading both made the whole check take 25 s of CPU instead of 15 (2-core machine).
 
 Nothing in ``work/`` is read or written. Exit status 0 when every step passes, 1 otherwise (the
 first problem is printed). Its messages are in the learner's language.
@@ -73,7 +73,7 @@ def check_kernel(root: Path) -> str | None:
 
 def check_grading(root: Path, folders: list[str]) -> tuple[str | None, dict[str, int]]:
     """Grade a copy of every lab in each of ``root``'s ``folders``, all in one run of the grader
-    (one start-up for both languages); (the problem or None, labs graded per folder)."""
+    (one start-up for them all); (the problem or None, labs graded per folder)."""
     from normlab.grader.registry import all_labs
 
     if not folders:
