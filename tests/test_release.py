@@ -179,13 +179,10 @@ def test_an_answer_with_its_local_names_changed_is_still_found():
     index = release.answer_index(ROOT)
     renamed_any = False
     for stem, source in regions():
-        statements = ast.parse(source).body
-        stored = sorted(release._assigned(statements))
-        if not stored:
-            continue
-        if not release.find_answers(source, index):
-            continue
         tree = ast.parse(source)
+        stored = release._assigned(tree.body)
+        if not stored or not release.find_answers(source, index):
+            continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in stored:
                 node.id += "_renamed"

@@ -71,65 +71,51 @@ def check_kernel(root: Path) -> str | None:
     return None
 
 
-def check_grading(root: Path, folders: list[str]) -> tuple[str | None, dict[str, int]]:
-    """Grade a copy of every lab in each of ``root``'s ``folders``, all in one run of the grader
-    (one start-up for them all); (the problem or None, labs graded per folder)."""
+def check_grading(root: Path, folder: str) -> tuple[str | None, int]:
+    """Grade a copy of every lab in ``root/folder``; (the problem or None, labs graded)."""
     from normlab.grader.registry import all_labs
 
-    if not folders:
-        return None, {}
     labs = all_labs()
-    shipped = {folder: chapter_files(root / folder, ".ipynb") for folder in folders}
-    for folder, paths in shipped.items():
-        missing = sorted(set(labs) - {p.stem for p in paths})
-        if missing:
-            return i18n.text(
-                "{folder}/ has no notebook for lab(s) {labs}",
-                folder=folder,
-                labs=", ".join(missing),
-            ), {}
+    shipped = chapter_files(root / folder, ".ipynb")
+    missing = sorted(set(labs) - {p.stem for p in shipped})
+    if missing:
+        return i18n.text(
+            "{folder}/ has no notebook for lab(s) {labs}", folder=folder, labs=", ".join(missing)
+        ), 0
     with tempfile.TemporaryDirectory(prefix="normlab-selfcheck-") as scratch:
-        copies = {}  # each folder's copies in a folder of their own: one student each
-        for number, (folder, paths) in enumerate(shipped.items()):
-            copies[folder] = Path(scratch) / str(number)
-            copies[folder].mkdir()
-            for path in paths:
-                shutil.copy2(path, copies[folder] / path.name)
+        for path in shipped:
+            shutil.copy2(path, Path(scratch) / path.name)
         done = subprocess.run(
-            [sys.executable, "-m", "normlab.cli", "grade", *map(str, copies.values()), "--json"],
+            [sys.executable, "-m", "normlab.cli", "grade", scratch, "--json"],
             capture_output=True,
             text=True,
         )
     if done.returncode != 0:
         return i18n.text(
             "the grader failed on {folder}/ (exit status {status}):\n{errors}",
-            folder="/, ".join(folders),
+            folder=folder,
             status=done.returncode,
             errors=done.stderr,
-        ), {}
-    graded = {
-        (Path(s["path"]).parent.name, Path(s["path"]).stem): s
-        for s in json.loads(done.stdout)["submissions"]
-    }
-    for folder in folders:
-        for stem, lab in sorted(labs.items()):
+        ), 0
+    graded = {Path(s["path"]).stem: s for s in json.loads(done.stdout)["submissions"]}
+    for stem, lab in sorted(labs.items()):
+        result = graded.get(stem)
+        if result is None:
+            return i18n.text("the grader did not grade {path}", path=f"{folder}/{stem}.ipynb"), 0
+        if result["error"] is not None:
             path = f"{folder}/{stem}.ipynb"
-            result = graded.get((copies[folder].name, stem))
-            if result is None:
-                return i18n.text("the grader did not grade {path}", path=path), {}
-            if result["error"] is not None:
-                return i18n.text(
-                    "{path} could not be graded: {error}", path=path, error=result["error"]
-                ), {}
-            if (result["score"], result["max_score"]) != (0, lab.max_score):
-                return i18n.text(
-                    "{path} as shipped scored {score}/{max_score}, not 0/{expected}",
-                    path=path,
-                    score=result["score"],
-                    max_score=result["max_score"],
-                    expected=lab.max_score,
-                ), {}
-    return None, {folder: len(paths) for folder, paths in shipped.items()}
+            return i18n.text(
+                "{path} could not be graded: {error}", path=path, error=result["error"]
+            ), 0
+        if (result["score"], result["max_score"]) != (0, lab.max_score):
+            return i18n.text(
+                "{path} as shipped scored {score}/{max_score}, not 0/{expected}",
+                path=f"{folder}/{stem}.ipynb",
+                score=result["score"],
+                max_score=result["max_score"],
+                expected=lab.max_score,
+            ), 0
+    return None, len(shipped)
 
 
 def learners_folder(root: Path) -> str:
@@ -149,19 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make test: {problem}", file=sys.stderr)
         return 1
     print(i18n.text("ok: a Jupyter kernel imports the course and runs check(...)"))
-    folders = [learners_folder(root)]
-    problem, counts = check_grading(root, folders)
+    folder = learners_folder(root)
+    problem, count = check_grading(root, folder)
     if problem:
         print(f"make test: {problem}", file=sys.stderr)
         return 1
-    for folder, count in counts.items():
-        print(
-            i18n.text(
-                "ok: the grader grades every lab of {folder}/ ({count}), each 0 as shipped",
-                folder=folder,
-                count=count,
-            )
+    print(
+        i18n.text(
+            "ok: the grader grades every lab of {folder}/ ({count}), each 0 as shipped",
+            folder=folder,
+            count=count,
         )
+    )
     print(
         i18n.text(
             "the course works on this machine: `make lab` to start, `make grade` for your progress"
