@@ -1742,3 +1742,72 @@ def test_grading_lab_07_gives_its_kernels_their_call_budget(monkeypatch):
         )
     assert given["call_timeouts"] == get_lab("07_cost").call_timeouts
     assert set(given["call_timeouts"]) == {"rmsnorm_fused", "layernorm_fused"}
+
+
+CLASSMATE_SOCKET = "\0normlab-a-classmates-socket"
+#: the first classmate: it writes a file in its folder and listens on an abstract Unix socket
+LISTENS = (
+    "import os, socket, sys\n"
+    "import numpy as np\n"
+    "forked = 'matplotlib.pyplot' in sys.modules\n"
+    "empty = os.listdir('.') == []\n"
+    "open('classmates-answers.txt', 'w').write('42')\n"
+    "listener = socket.socket(socket.AF_UNIX)\n"
+    f"listener.bind({CLASSMATE_SOCKET!r})\n"
+    "listener.listen()\n"
+    "seen = np.array([forked, empty, True], dtype=float)"
+)
+#: the second, graded while the first is alive: what of the first can it reach?
+LOOKS = (
+    "import os, socket, sys\n"
+    "import numpy as np\n"
+    "forked = 'matplotlib.pyplot' in sys.modules\n"
+    "empty = os.listdir('.') == []\n"
+    "pids = sorted(int(name) for name in os.listdir('/proc') if name.isdigit())\n"
+    "alone = pids == [1, os.getpid()]\n"
+    "talker = socket.socket(socket.AF_UNIX)\n"
+    "try:\n"
+    f"    talker.connect({CLASSMATE_SOCKET!r})\n"
+    "    reached = True\n"
+    "except OSError:\n"
+    "    reached = False\n"
+    "try:\n"
+    "    socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+    "except OSError as error:\n"
+    "    unreachable = error.errno == 101\n"
+    "seen = np.array([forked, empty, alone, not reached, unreachable], dtype=float)"
+)
+
+
+@pytest.mark.isolation
+@pytest.mark.skipif(not SANDBOX or os.geteuid() != 0, reason="the sandbox's fork server: as root")
+@pytest.mark.parametrize("torch", [False, True], ids=["numpy-lab", "torch-lab"])
+def test_children_of_the_sandboxs_fork_server_share_nothing_but_its_imports(torch):
+    """A class graded under the sandbox as root starts its submissions from a fork server that
+    runs in a sandbox of its own (``sandbox.fork_servers``): each child must then have what a
+    sandbox of its own gave it. Two classmates of one server, the first alive while the second
+    runs: the second sees an empty folder of its own (not the first's file), a ``/proc`` with
+    only its own processes, no socket of the first's (an abstract Unix socket, which a shared
+    network namespace would let it reach) and no network at all; both were forked from the
+    server (it had imported Matplotlib, which neither notebook does), and each is in its own
+    cgroup (the server, in its sandbox, has no ``/sys``: the grader opens the cgroup's file)."""
+    import tempfile
+
+    from normlab.grader.isolation.processes import Reaper
+    from normlab.grader.isolation.sandbox import ChildSubmission, choose_isolation, fork_servers
+
+    isolation = choose_isolation(True, allow_root=True)
+    with tempfile.TemporaryDirectory(prefix="normlab-fork-") as home:
+        servers = fork_servers(isolation, DEFAULT, home, Reaper())
+        try:
+            with ChildSubmission([LISTENS], DEFAULT, isolation, servers, torch=torch) as first:
+                assert first.has("seen"), (first.cell_errors, first.output_tail(2000))
+                assert first.get("seen").items[0].array.tolist() == [1.0, 1.0, 1.0]
+                with ChildSubmission([LOOKS], DEFAULT, isolation, servers, torch=torch) as second:
+                    assert second.has("seen"), (second.cell_errors, second.output_tail(2000))
+                    seen = second.get("seen").items[0].array.tolist()
+                    assert seen == [1.0, 1.0, 1.0, 1.0, 1.0], seen
+                    if second.memory_group is not None:  # joined by the file the grader opened
+                        assert second.process.pid in second.memory_group.members()
+        finally:
+            servers.close()

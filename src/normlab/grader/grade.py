@@ -30,14 +30,13 @@ import numpy as np
 from normlab.grader import attribution, core, i18n, identity, inert, trap
 from normlab.grader.identity import Identity
 from normlab.grader.isolation import files, hidden, worker
-from normlab.grader.isolation.forkserver import ForkServers
 from normlab.grader.isolation.limits import DEFAULT, Limits
 from normlab.grader.isolation.processes import Reaper
 from normlab.grader.isolation.sandbox import (
     ChildSubmission,
     Isolation,
     choose_isolation,
-    fork_server_environment,
+    fork_servers,
     hidden_paths,
 )
 from normlab.grader.registry import all_labs
@@ -207,7 +206,9 @@ class Settings:
     memory_mb: int = DEFAULT.memory_mb
     sandbox: bool | None = None
     allow_root: bool = False
-    fork: bool = True  # start submissions from a fork server (not under bubblewrap)
+    #: start a class's submissions from fork servers (``sandbox.fork_servers``: under
+    #: bubblewrap, where the grader is root)
+    fork: bool = True
     #: (name, value) of other ``Limits`` fields (``--limit NAME=VALUE``)
     overrides: tuple = ()
 
@@ -736,10 +737,8 @@ def grade_all(
     with tempfile.TemporaryDirectory(prefix="normlab-fork-") as server_home:
         server = None
         # One notebook gains nothing from a server that first imports what it would import.
-        if settings.fork and not isolation.sandbox and len(entries) > 1:
-            server = ForkServers(
-                fork_server_environment(server_home), reaper, settings.limits.fork_server_wait
-            )
+        if settings.fork and len(entries) > 1:
+            server = fork_servers(isolation, settings.limits, server_home, reaper)
 
         def work(index: int) -> tuple[SubmissionResult, bool, str | None]:
             entry = entries[index]

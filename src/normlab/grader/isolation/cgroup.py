@@ -134,10 +134,41 @@ def join(path: str | list[str]) -> None:
         _write(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
 
 
-def join_or_exit(path: str | list[str]) -> None:
-    """``join`` before any learner code runs, or end the process (never run unbounded)."""
+def join_by_descriptors(descriptors: list[int]) -> None:
+    """Move the calling process into the cgroup of each ``cgroup.procs`` file opened for writing
+    by the grader (``open_procs``), where the calling process cannot reach the cgroup's folder
+    by name (a child of the sandbox's fork server: no ``/sys`` in the sandbox). Each descriptor
+    is closed."""
     try:
-        join(path)
+        for descriptor in descriptors:
+            os.write(descriptor, str(os.getpid()).encode())
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+
+
+def open_procs(path: str | list[str]) -> list[int]:
+    """The ``cgroup.procs`` file of the cgroup at ``path`` (or of each of a list of them),
+    opened for writing: what ``join_by_descriptors`` writes to in another process."""
+    opened: list[int] = []
+    try:
+        for folder in [path] if isinstance(path, str) else path:
+            opened.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY))
+    except OSError:
+        for descriptor in opened:
+            os.close(descriptor)
+        raise
+    return opened
+
+
+def join_or_exit(path: str | list[str] | None = None, descriptors: list[int] | None = None) -> None:
+    """``join`` (or ``join_by_descriptors``) before any learner code runs, or end the process
+    (never run unbounded)."""
+    try:
+        if descriptors is not None:
+            join_by_descriptors(descriptors)
+        if path is not None:
+            join(path)
     except OSError:
         os._exit(EXIT_NO_CGROUP)
 

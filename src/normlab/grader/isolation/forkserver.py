@@ -7,6 +7,11 @@ submission. The child starts its own session, takes the pipes the grader passed 
 a worker exactly as ``python -m normlab.grader.isolation.worker`` would (nanny, unprivileged
 user, limits), so isolation is the same; only the start-up is shared, copy-on-write.
 
+Under the sandbox (a grader running as root), the server itself runs inside bubblewrap
+(``sandbox.fork_server_sandbox``) and each child makes its own namespaces before anything else
+(``ChildSubmission._limits_for_child``); it joins its cgroups through ``cgroup.procs`` files the
+grader opened and sent with the pipes, since the sandbox has no ``/sys``.
+
 The server is a subreaper: a process a submission double-forks away from its session is adopted
 here when its parent dies, and killed (``processes.Reaper``). The grader kills a submission's
 whole session when it ends (``{"end": PID}``). A server that does not answer in
@@ -30,12 +35,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from normlab.grader.isolation import cgroup, processes
 from normlab.grader.isolation.worker import SERVER_PRELOAD
 
 #: waiting for a killed server to be reaped: gone in milliseconds, unless stuck in the kernel
 REAP_WAIT = 5.0
+#: a request's descriptors: the request pipe, the reply pipe, the log, then the ``cgroup.procs``
+#: files a child of the sandboxed server joins its cgroups by (one per cgroup v1 hierarchy)
+PIPES_AND_LOG, MAX_CGROUP_FILES = 3, 4
 
 
 def _preload(torch: bool = True) -> None:
@@ -67,7 +76,7 @@ def _serve(sock: socket.socket) -> None:
             last_sweep = time.monotonic()
         if not readable:
             continue
-        message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+        message, fds, _, _ = socket.recv_fds(sock, 1 << 16, PIPES_AND_LOG + MAX_CGROUP_FILES)
         if not message:
             return  # the grader is gone
         request = json.loads(message)
@@ -78,11 +87,15 @@ def _serve(sock: socket.socket) -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                if request.get("cgroup"):  # before anything: all it starts is in it
+                request_fd, reply_fd, log_fd, *group_files = fds
+                # before anything: all it starts is in its cgroups (joined by the files the
+                # grader opened where the server cannot see them: under the sandbox)
+                if group_files:
+                    cgroup.join_or_exit(descriptors=group_files)
+                if request.get("cgroup"):
                     cgroup.join_or_exit(request["cgroup"])
                 sock.close()
                 os.setsid()
-                request_fd, reply_fd, log_fd = fds
                 os.dup2(log_fd, 1)
                 os.dup2(log_fd, 2)
                 os.close(log_fd)
@@ -158,8 +171,18 @@ class ForkServer:
     already loaded (which can crash the process).
     """
 
-    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float, torch: bool):
+    def __init__(
+        self,
+        environment: dict,
+        reaper: processes.Reaper,
+        wait: float,
+        torch: bool,
+        sandbox: list[str] | None = None,
+    ):
         self.torch = torch
+        #: the command the server runs under (bubblewrap's, ``sandbox.fork_server_sandbox``), or
+        #: None: the server sees the grader's filesystem (processes mode)
+        self.sandbox = sandbox
         self.environment = environment
         self.reaper, self.wait = reaper, wait
         self.generation = 0
@@ -176,6 +199,7 @@ class ForkServer:
         with self.reaper.lock:  # tracked before the reaper can take it for an orphan
             self.process = subprocess.Popen(
                 [
+                    *(self.sandbox or []),
                     sys.executable,
                     "-I",
                     "-m",
@@ -283,17 +307,23 @@ class ForkServer:
                 self._discard()
                 self._start()
             request = {"workdir": workdir, "env": env, "limits": limits}
-            if memory_group:
+            group_files: list[int] = []
+            if memory_group and self.sandbox is not None:  # no /sys in the sandbox
+                group_files = cgroup.open_procs(memory_group)
+            elif memory_group:
                 request["cgroup"] = memory_group
             with self.changed:
                 self.replies.clear()
             try:
                 self.sock.settimeout(self.wait)
-                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+                socket.send_fds(self.sock, [json.dumps(request).encode()], [*fds, *group_files])
                 self.sock.settimeout(None)
             except OSError:
                 self._discard()
                 raise
+            finally:
+                for descriptor in group_files:
+                    os.close(descriptor)
             with self.changed:
                 if not self.changed.wait_for(lambda: self.replies, timeout=self.wait):
                     reply = {}
@@ -338,11 +368,23 @@ class ForkServer:
 
 
 class ForkServers:
-    """One fork server per kind of lab (PyTorch's or NumPy's), each started on first use."""
+    """One fork server per kind of lab (PyTorch's or NumPy's), each started on first use.
 
-    def __init__(self, environment: dict, reaper: processes.Reaper, wait: float):
+    ``sandbox``: kind of lab (``torch``) -> the command its server runs under (bubblewrap's:
+    ``sandbox.fork_server_sandbox``), or None for servers that see the grader's filesystem."""
+
+    def __init__(
+        self,
+        environment: dict,
+        reaper: processes.Reaper,
+        wait: float,
+        sandbox: Callable[[bool], list[str]] | None = None,
+    ):
         self.servers = {
-            torch: ForkServer(environment, reaper, wait, torch=torch) for torch in (True, False)
+            torch: ForkServer(
+                environment, reaper, wait, torch=torch, sandbox=sandbox and sandbox(torch)
+            )
+            for torch in (True, False)
         }
 
     def for_lab(self, torch: bool) -> ForkServer:

@@ -2,7 +2,9 @@
 
 Two modes (``docs/grading.md`` states what each enforces and what it does not):
 
-* **bubblewrap** (the default where ``bwrap`` runs): a new interpreter in a sandbox that shows
+* **bubblewrap** (the default where ``bwrap`` runs): a new interpreter (or, for a class graded
+  as root, a child of a fork server that runs in such a sandbox: ``fork_servers``, each child in
+  mount, PID, IPC and network namespaces of its own) in a sandbox that shows
   only the interpreter, its libraries and the course package, read-only; the working folder is
   a size-limited private tmpfs, the only writable place (``/tmp`` is read-only); no network; its own PID namespace (every process
   dies with it); never root (the child becomes ``nobody`` when the grader is root).
@@ -319,6 +321,19 @@ def bwrap_command(limits: Limits = DEFAULT, hide_init: str | None = None) -> lis
     return command
 
 
+def fork_server_sandbox(limits: Limits = DEFAULT, hide_init: str | None = None) -> list[str]:
+    """``bwrap`` arguments for the sandbox's fork server: ``bwrap_command``'s sandbox (the same
+    files shown and hidden, ``hide_init`` for a NumPy lab's server), in the grader's PID
+    namespace, so that the server reports its children by the PIDs the grader kills and
+    accounts them by. Each child then enters PID, IPC, network and mount namespaces of its own,
+    with its own working folder and ``/proc`` (``ChildSubmission._limits_for_child``), before
+    any learner code runs: no child sees the server's processes, another child's or their files.
+    """
+    command = bwrap_command(limits, hide_init)
+    command.remove("--unshare-pid")
+    return command
+
+
 @functools.cache
 def bwrap_available() -> bool:
     """True when bubblewrap is installed and can create its namespaces here."""
@@ -535,6 +550,34 @@ def fork_server_environment(home: str) -> dict:
     return child_environment(home)
 
 
+def fork_servers(
+    isolation: Isolation, limits: Limits, home: str, reaper: processes.Reaper
+) -> forkserver.ForkServers | None:
+    """The fork servers of a run that grades several notebooks, or None where its submissions
+    start as fresh interpreters. ``home``: a private folder of the grader's that lasts as long
+    as the servers (the processes mode's servers' working folder; the sandbox's stand-in for
+    PyTorch's ``__init__.py``, bound read-only into the NumPy labs' server's sandbox).
+
+    Under the sandbox, only where the grader is root: the server's children make their mount,
+    PID and network namespaces with the capabilities that bubblewrap keeps for root; a grading
+    user's sandbox keeps none, and its submissions start as fresh sandboxes of their own."""
+    if not isolation.sandbox:
+        environment = fork_server_environment(home)
+        return forkserver.ForkServers(environment, reaper, limits.fork_server_wait)
+    if os.geteuid() != 0:
+        return None
+    hide_init = os.path.join(home, "hidden_init.py")
+    with open(hide_init, "x") as stream:
+        stream.write(HIDDEN_INIT)
+    os.chmod(hide_init, 0o644)  # read through its bind mount, never by its path
+    return forkserver.ForkServers(
+        child_environment(SANDBOX_HOME),
+        reaper,
+        limits.fork_server_wait,
+        sandbox=lambda torch: fork_server_sandbox(limits, None if torch else hide_init),
+    )
+
+
 class ChildSubmission(core.Submission):
     """A notebook's code cells running in a child process, restarted if it dies.
 
@@ -573,7 +616,10 @@ class ChildSubmission(core.Submission):
         self.isolation = isolation
         if isinstance(fork_server, forkserver.ForkServers):
             fork_server = fork_server.for_lab(torch)
-        self.fork_server = fork_server if not isolation.sandbox else None
+        # Under the sandbox, only a server that runs in one (``fork_server_sandbox``) may start
+        # a submission's process: a processes-mode server's children see the grader's files.
+        sandboxed_server = getattr(fork_server, "sandbox", None) is not None
+        self.fork_server = fork_server if sandboxed_server == isolation.sandbox else None
         self.reaper = reaper or processes.Reaper()
         self.deadline: float | None = None  # starts when the submission first has a process
         self.process = None
@@ -633,7 +679,8 @@ class ChildSubmission(core.Submission):
             return left
         return min(left, (self.deadline - time.monotonic()) / self.limits.wall_backstop)
 
-    def _limits_for_child(self) -> dict:
+    def _limits_for_child(self, forked: bool) -> dict:
+        """The child's limits; ``forked``: it is a child of the fork server."""
         limits = {
             "memory_mb": self.limits.memory_mb,
             "cpu_seconds": self.limits.cpu_seconds(self.remaining()),
@@ -651,6 +698,13 @@ class ChildSubmission(core.Submission):
                 limits["private_folder"].update(hide_init=HIDDEN_INIT)
             limits["private_folder"].update(hide=hide)
             limits["pid_namespace"] = self.isolation.namespaces
+        elif self.isolation.sandbox and forked:
+            # A child of the sandbox's fork server shares that sandbox with the server and with
+            # the other children: before anything it makes its own mount namespace with its own
+            # working folder over the server's (a tmpfs with a total and a count of files), and
+            # PID, IPC and network namespaces of its own, as a sandbox of its own would have.
+            limits["private_folder"] = dict(private, path=SANDBOX_HOME, namespace=True, hide=[])
+            limits["pid_namespace"] = limits["net_namespace"] = True
         elif self.isolation.sandbox and os.geteuid() == 0:
             # bubblewrap's /tmp has a size but no bound on its number of files: as root, the
             # child mounts one with both over it, in the sandbox's namespace, before anything.
@@ -661,17 +715,18 @@ class ChildSubmission(core.Submission):
         """Start the child on these pipes; False when the fork server failed (the caller then
         tries again with new pipes: a server that was slow, not dead, may still hand these to
         a child, which must find nobody listening)."""
-        limits = self._limits_for_child()
+        fork = fork and self.fork_server is not None
+        limits = self._limits_for_child(fork)
         home = SANDBOX_HOME if self.isolation.sandbox else self.workdir
         environment = child_environment(home)
         # the lab's own variables (Triton's interpreter and cache), set here for the child
         environment.update({k: v.format(home=home) for k, v in self.lab_environment.items()})
         if self.isolation.run_as:
             environment["NORMLAB_RUN_AS"] = "{}:{}".format(*self.isolation.run_as)
-        if fork and self.fork_server is not None:
+        if fork:
             try:
                 self.process = self.fork_server.spawn(
-                    self.workdir,
+                    home,
                     environment,
                     (request_read, reply_write, self.log_fd),
                     limits,

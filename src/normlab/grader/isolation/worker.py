@@ -469,7 +469,7 @@ def run_submission(request_fd: int, reply_fd: int, limits: dict) -> None:
     pid_namespace = bool(limits.get("pid_namespace"))
     if pid_namespace:
         try:
-            workspace.enter_pid_and_ipc_namespaces()
+            workspace.enter_pid_and_ipc_namespaces(bool(limits.get("net_namespace")))
         except OSError as error:
             print(f"normlab: no PID namespace: {error}", file=sys.stderr, flush=True)
             os._exit(workspace.EXIT_NO_WORKSPACE)

@@ -30,6 +30,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
@@ -139,13 +140,17 @@ def _mount_folder(folder: str, size_bytes: int, max_files: int, owner: tuple[int
     os.chdir(folder)  # the cwd was the folder underneath
 
 
-def enter_pid_and_ipc_namespaces() -> None:
+def enter_pid_and_ipc_namespaces(network: bool = False) -> None:
     """The next child of this process is PID 1 of a new PID namespace, and this process and its
     children share a new IPC namespace (System V shared memory, semaphores, message queues):
     a submission sees, signals and shares memory with no process but its own, and its IPC
     objects vanish with its last process. Called after ``make_private`` (the mount namespace,
-    and outside root a user namespace, that gives the right to do it)."""
-    _check(_libc().unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare pid, ipc")
+    and outside root a user namespace, that gives the right to do it).
+
+    ``network``: a network namespace of its own as well, with no interface up (not even
+    loopback): no socket, abstract Unix sockets included, reaches another submission's."""
+    flags = CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if network else 0)
+    _check(_libc().unshare(flags), "unshare pid, ipc" + (", net" if network else ""))
 
 
 def mount_proc() -> None:
