@@ -1230,6 +1230,45 @@ def test_a_forked_childs_backward_imports_nothing_and_the_server_no_triton():
     assert [name for name in imported if name.startswith(("torch.fx", "sympy"))] == [], imported
 
 
+def test_a_class_s_fork_servers_import_what_its_labs_name_and_no_more():
+    """A fork server imports, beyond NumPy (and PyTorch), what the run's labs name
+    (``Lab.preload``): Matplotlib for lab 08, whose notebook plots, and for no other run (0.45 s
+    of CPU each server start). A kind of lab with one notebook in the run has no server (its
+    start-up would cost as much as the fresh interpreter it saves, and more); a notebook whose
+    lab is not known before it is read counts for both kinds."""
+    from normlab.grader.identity import Identity
+    from normlab.grader.isolation import forkserver
+
+    def preload(*stems):
+        entries = [
+            grade.Entry(Path(f"{s}.ipynb"), Identity("ana", "Ana", "file", s)) for s in stems
+        ]
+        return grade.server_preload(entries)
+
+    assert preload("03_layernorm", "06_pre_post_ln") == {}
+    assert preload("03_layernorm", "06_pre_post_ln", "03_layernorm") == {False: ()}
+    assert preload("08_training", "06_pre_post_ln", "09_modern_norms") == {True: ()}
+    assert preload("08_training", "03_layernorm", "08_training") == {False: ("matplotlib.pyplot",)}
+    assert preload("08_training", None, "06_pre_post_ln") == {
+        True: (),
+        False: ("matplotlib.pyplot",),
+    }
+    code = (
+        "import sys\n"
+        "from normlab.grader.isolation import forkserver\n"
+        "forkserver._preload(torch=False)\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'imported without being asked'\n"
+        "forkserver._preload(torch=False, extra=('matplotlib.pyplot',))\n"
+        "assert 'matplotlib.pyplot' in sys.modules, 'not imported when asked'\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert forkserver.ForkServer({}, None, 1.0, torch=False, preload=("a", "b")).preload == (
+        "a",
+        "b",
+    )
+
+
 def test_the_reaper_leaves_the_graders_own_children_alone():
     """While one submission ends (and the reaper sweeps up orphans), another worker thread may
     be running a probe of its own, a plain child of the grader. Killing it once cost a correct
@@ -1789,7 +1828,7 @@ def test_children_of_the_sandboxs_fork_server_share_nothing_but_its_imports(torc
     runs: the second sees an empty folder of its own (not the first's file), a ``/proc`` with
     only its own processes, no socket of the first's (an abstract Unix socket, which a shared
     network namespace would let it reach) and no network at all; both were forked from the
-    server (it had imported Matplotlib, which neither notebook does), and each is in its own
+    server (it was told to import Matplotlib, which neither notebook does), and each is in its own
     cgroup (the server, in its sandbox, has no ``/sys``: the grader opens the cgroup's file)."""
     import tempfile
 
@@ -1798,7 +1837,9 @@ def test_children_of_the_sandboxs_fork_server_share_nothing_but_its_imports(torc
 
     isolation = choose_isolation(True, allow_root=True)
     with tempfile.TemporaryDirectory(prefix="normlab-fork-") as home:
-        servers = fork_servers(isolation, DEFAULT, home, Reaper())
+        # Matplotlib, which neither notebook imports: what shows that each child was forked
+        plotting = {True: ("matplotlib.pyplot",), False: ("matplotlib.pyplot",)}
+        servers = fork_servers(isolation, DEFAULT, home, Reaper(), plotting)
         try:
             with ChildSubmission([LISTENS], DEFAULT, isolation, servers, torch=torch) as first:
                 assert first.has("seen"), (first.cell_errors, first.output_tail(2000))

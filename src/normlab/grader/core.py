@@ -280,6 +280,10 @@ class Lab:
     #: the lab's own given code that its checks call beside the learner's functions (lab 11's
     #: ``tri_call``): passed to ``check()`` with them, it selects no check by itself
     adapters: tuple[str, ...] = ()
+    #: modules the lab's notebooks import beyond NumPy (and PyTorch): a class's fork server
+    #: imports them once for all its children (lab 08: Matplotlib), and only for a run that
+    #: grades this lab
+    preload: tuple[str, ...] = ()
     #: a second process the checks call into, which runs the grader's code on pieces of the
     #: notebook's source (lab 11: its kernels, launched by the grader): ``Companion``
     companion: Companion | None = None

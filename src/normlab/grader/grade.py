@@ -711,6 +711,26 @@ def probe_isolation(settings: Settings, import_oracle: bool = False) -> Isolatio
         return probing.result()
 
 
+def server_preload(entries: list[Entry]) -> dict[bool, tuple[str, ...]]:
+    """Kind of lab (``Lab.torch``) -> what its fork server imports for these entries: the
+    ``Lab.preload`` of each lab among them, in the entries' order; only the kinds with two
+    entries or more have a server (a server's start-up costs what one fresh interpreter's does,
+    and more: it imports what it preloads for all). An entry's lab is the one known before its
+    notebook is read (its file name's or the assignment's); an entry without one counts for
+    both kinds. Speed only: a notebook whose metadata names a lab of the other kind starts as a
+    fresh interpreter where that kind has no server."""
+    labs = all_labs()
+    count = {True: 0, False: 0}
+    preload: dict[bool, list[str]] = {True: [], False: []}
+    for entry in entries:
+        lab = labs.get(entry.identity.lab or "")
+        for torch in [lab.torch] if lab is not None else [True, False]:
+            count[torch] += 1
+            more = lab.preload if lab is not None else ()
+            preload[torch] += [name for name in more if name not in preload[torch]]
+    return {torch: tuple(names) for torch, names in preload.items() if count[torch] > 1}
+
+
 def grade_all(
     entries: list[Entry],
     settings: Settings = Settings(),
@@ -738,7 +758,9 @@ def grade_all(
         server = None
         # One notebook gains nothing from a server that first imports what it would import.
         if settings.fork and len(entries) > 1:
-            server = fork_servers(isolation, settings.limits, server_home, reaper)
+            server = fork_servers(
+                isolation, settings.limits, server_home, reaper, server_preload(entries)
+            )
 
         def work(index: int) -> tuple[SubmissionResult, bool, str | None]:
             entry = entries[index]

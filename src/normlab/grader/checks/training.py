@@ -52,6 +52,7 @@ LAB = Lab(
         net_train=AUTOGRAD,
     ),
     borrowed=PASTED,
+    preload=("matplotlib.pyplot",),  # the lab's notebook plots its training curves
 )
 
 EPS = 1e-5

@@ -47,8 +47,10 @@ REAP_WAIT = 5.0
 PIPES_AND_LOG, MAX_CGROUP_FILES = 3, 4
 
 
-def _preload(torch: bool = True) -> None:
-    for name in SERVER_PRELOAD:
+def _preload(torch: bool = True, extra: tuple[str, ...] = ()) -> None:
+    """Import ``SERVER_PRELOAD`` (without PyTorch's modules for a NumPy lab's server) and the
+    ``extra`` modules the run's labs name (``Lab.preload``)."""
+    for name in (*SERVER_PRELOAD, *extra):
         if name.partition(".")[0] == "torch" and not torch:
             continue
         try:
@@ -116,7 +118,9 @@ def _serve(sock: socket.socket) -> None:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     processes.become_subreaper()
-    _preload(torch="--no-torch" not in sys.argv[2:])
+    options = sys.argv[2:]
+    extra = [o.removeprefix("--preload=") for o in options if o.startswith("--preload=")]
+    _preload("--no-torch" not in options, tuple(name for o in extra for name in o.split(",")))
     sock.sendall(b'{"ready": true}\n')
     _serve(sock)
 
@@ -178,8 +182,11 @@ class ForkServer:
         wait: float,
         torch: bool,
         sandbox: list[str] | None = None,
+        preload: tuple[str, ...] = (),
     ):
         self.torch = torch
+        #: modules the server imports beyond ``SERVER_PRELOAD`` (the run's labs' ``Lab.preload``)
+        self.preload = tuple(preload)
         #: the command the server runs under (bubblewrap's, ``sandbox.fork_server_sandbox``), or
         #: None: the server sees the grader's filesystem (processes mode)
         self.sandbox = sandbox
@@ -206,6 +213,7 @@ class ForkServer:
                     "normlab.grader.isolation.forkserver",
                     str(theirs.fileno()),
                     *([] if self.torch else ["--no-torch"]),
+                    *([f"--preload={','.join(self.preload)}"] if self.preload else []),
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -371,7 +379,10 @@ class ForkServers:
     """One fork server per kind of lab (PyTorch's or NumPy's), each started on first use.
 
     ``sandbox``: kind of lab (``torch``) -> the command its server runs under (bubblewrap's:
-    ``sandbox.fork_server_sandbox``), or None for servers that see the grader's filesystem."""
+    ``sandbox.fork_server_sandbox``), or None for servers that see the grader's filesystem.
+    ``preload``: kind of lab -> the modules its server imports beyond ``SERVER_PRELOAD``; a
+    kind it leaves out has no server (``for_lab`` is None: its notebooks start as fresh
+    interpreters). None: both kinds, importing nothing more."""
 
     def __init__(
         self,
@@ -379,16 +390,23 @@ class ForkServers:
         reaper: processes.Reaper,
         wait: float,
         sandbox: Callable[[bool], list[str]] | None = None,
+        preload: dict[bool, tuple[str, ...]] | None = None,
     ):
         self.servers = {
             torch: ForkServer(
-                environment, reaper, wait, torch=torch, sandbox=sandbox and sandbox(torch)
+                environment,
+                reaper,
+                wait,
+                torch=torch,
+                sandbox=sandbox and sandbox(torch),
+                preload=kinds[torch],
             )
-            for torch in (True, False)
+            for kinds in [preload if preload is not None else {True: (), False: ()}]
+            for torch in kinds
         }
 
-    def for_lab(self, torch: bool) -> ForkServer:
-        return self.servers[torch]
+    def for_lab(self, torch: bool) -> ForkServer | None:
+        return self.servers.get(torch)
 
     def close(self) -> None:
         for server in self.servers.values():

@@ -551,7 +551,11 @@ def fork_server_environment(home: str) -> dict:
 
 
 def fork_servers(
-    isolation: Isolation, limits: Limits, home: str, reaper: processes.Reaper
+    isolation: Isolation,
+    limits: Limits,
+    home: str,
+    reaper: processes.Reaper,
+    preload: dict[bool, tuple[str, ...]] | None = None,
 ) -> forkserver.ForkServers | None:
     """The fork servers of a run that grades several notebooks, or None where its submissions
     start as fresh interpreters. ``home``: a private folder of the grader's that lasts as long
@@ -560,10 +564,12 @@ def fork_servers(
 
     Under the sandbox, only where the grader is root: the server's children make their mount,
     PID and network namespaces with the capabilities that bubblewrap keeps for root; a grading
-    user's sandbox keeps none, and its submissions start as fresh sandboxes of their own."""
+    user's sandbox keeps none, and its submissions start as fresh sandboxes of their own.
+    ``preload``: kind of lab (``Lab.torch``) -> what its server imports for the run's labs
+    (``Lab.preload``)."""
     if not isolation.sandbox:
         environment = fork_server_environment(home)
-        return forkserver.ForkServers(environment, reaper, limits.fork_server_wait)
+        return forkserver.ForkServers(environment, reaper, limits.fork_server_wait, preload=preload)
     if os.geteuid() != 0:
         return None
     hide_init = os.path.join(home, "hidden_init.py")
@@ -575,6 +581,7 @@ def fork_servers(
         reaper,
         limits.fork_server_wait,
         sandbox=lambda torch: fork_server_sandbox(limits, None if torch else hide_init),
+        preload=preload,
     )
 
 

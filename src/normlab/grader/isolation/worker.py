@@ -30,13 +30,14 @@ from normlab.grader.isolation import clock, hidden, workspace
 CELL_MARKER = "<notebook cell {index}>"
 # What a worker imports before the submission's budget starts: what every lab's cells import.
 PRELOAD = ("numpy", "torch")
-# The fork server imports more, once for every child it forks: Matplotlib, and PyTorch's symbolic
-# shapes (and SymPy), which a child's first ``backward(gradient)`` would import (0.3 s of CPU).
-# Not ``torch._dynamo``, which a first optimizer imports (1 s more): it imports Triton, whose
-# interpreter the lab's environment chooses, in the child. A fresh interpreter (the sandbox's,
-# or a single notebook's) imports neither: no lab plots, and a lab that never calls backward
-# with a gradient would pay for the shapes.
-SERVER_PRELOAD = (*PRELOAD, "matplotlib.pyplot", "torch.fx.experimental.symbolic_shapes")
+# The fork server imports more, once for every child it forks: PyTorch's symbolic shapes (and
+# SymPy), which a child's first ``backward(gradient)`` would import (0.3 s of CPU), and what the
+# run's labs name in ``Lab.preload`` (lab 08: Matplotlib, 0.45 s; a server of a run without
+# such a lab does not pay for it). Not ``torch._dynamo``, which a first optimizer imports (1 s
+# more): it imports Triton, whose interpreter the lab's environment chooses, in the child. A
+# fresh interpreter (a single notebook's) imports neither: a lab that never calls backward with
+# a gradient would pay for the shapes.
+SERVER_PRELOAD = (*PRELOAD, "torch.fx.experimental.symbolic_shapes")
 # What a child imports after it has dropped to its user (``drop_privileges``): the modules
 # ``serve`` imports, then what it preloads. The grader's start-up probe imports them as that
 # user, as the child does (``sandbox.nobody_probe``), but for PyTorch: its import costs the
