@@ -1210,12 +1210,16 @@ def test_a_forked_childs_backward_imports_nothing_and_the_server_no_triton():
     """What PyTorch imports when a child first calls ``backward(gradient)`` (its symbolic shapes
     and SymPy: 0.3 s of CPU) the fork server has imported once (``SERVER_PRELOAD``). It imports
     no Triton (``torch._dynamo`` would): the lab's environment chooses Triton's interpreter, in
-    the child; and the NumPy labs' server imports no PyTorch at all."""
+    the child; and the NumPy labs' server imports no PyTorch at all, and Matplotlib only for a
+    run whose labs ask for it (``Lab.preload``)."""
     code = (
         "import json, sys\n"
         "from normlab.grader.isolation import forkserver\n"
         "forkserver._preload(torch=False)\n"
         "assert 'torch' not in sys.modules, 'the NumPy server imported torch'\n"
+        "assert 'matplotlib' not in sys.modules, 'imported without a lab that asks for it'\n"
+        "forkserver._preload(torch=False, extra=('matplotlib.pyplot',))\n"
+        "assert 'matplotlib.pyplot' in sys.modules, 'not imported when a lab asks for it'\n"
         "forkserver._preload(torch=True)\n"
         "assert 'triton' not in sys.modules, 'the server imported Triton'\n"
         "import torch\n"
@@ -1237,7 +1241,6 @@ def test_a_class_s_fork_servers_import_what_its_labs_name_and_no_more():
     start-up would cost as much as the fresh interpreter it saves, and more); a notebook whose
     lab is not known before it is read counts for both kinds."""
     from normlab.grader.identity import Identity
-    from normlab.grader.isolation import forkserver
 
     def preload(*stems):
         entries = [
@@ -1253,20 +1256,8 @@ def test_a_class_s_fork_servers_import_what_its_labs_name_and_no_more():
         True: (),
         False: ("matplotlib.pyplot",),
     }
-    code = (
-        "import sys\n"
-        "from normlab.grader.isolation import forkserver\n"
-        "forkserver._preload(torch=False)\n"
-        "assert 'matplotlib.pyplot' not in sys.modules, 'imported without being asked'\n"
-        "forkserver._preload(torch=False, extra=('matplotlib.pyplot',))\n"
-        "assert 'matplotlib.pyplot' in sys.modules, 'not imported when asked'\n"
-    )
-    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert forkserver.ForkServer({}, None, 1.0, torch=False, preload=("a", "b")).preload == (
-        "a",
-        "b",
-    )
+    # what a server then imports: test_a_forked_childs_backward_imports_nothing_and_the_server_no_triton
+    # (and through a real server, test_children_of_the_sandboxs_fork_server_share_nothing_but_its_imports)
 
 
 def test_the_reaper_leaves_the_graders_own_children_alone():
