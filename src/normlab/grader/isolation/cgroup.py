@@ -136,9 +136,8 @@ def join(path: str | list[str]) -> None:
 
 def join_by_descriptors(descriptors: list[int]) -> None:
     """Move the calling process into the cgroup of each ``cgroup.procs`` file opened for writing
-    by the grader (``open_procs``), where the calling process cannot reach the cgroup's folder
-    by name (a child of the sandbox's fork server: no ``/sys`` in the sandbox). Each descriptor
-    is closed."""
+    by the grader (``open_procs``): a fork server's child, which may not see the cgroup's folder
+    by name (the sandbox's server has no ``/sys``). Each descriptor is closed."""
     try:
         for descriptor in descriptors:
             os.write(descriptor, str(os.getpid()).encode())

@@ -9,8 +9,8 @@ user, limits), so isolation is the same; only the start-up is shared, copy-on-wr
 
 Under the sandbox (a grader running as root), the server itself runs inside bubblewrap
 (``sandbox.fork_server_sandbox``) and each child makes its own namespaces before anything else
-(``ChildSubmission._limits_for_child``); it joins its cgroups through ``cgroup.procs`` files the
-grader opened and sent with the pipes, since the sandbox has no ``/sys``.
+(``ChildSubmission._limits_for_child``). A child of either server joins its cgroups through
+``cgroup.procs`` files the grader opened and sent with the pipes: the sandbox has no ``/sys``.
 
 The server is a subreaper: a process a submission double-forks away from its session is adopted
 here when its parent dies, and killed (``processes.Reaper``). The grader kills a submission's
@@ -43,7 +43,7 @@ from normlab.grader.isolation.worker import SERVER_PRELOAD
 #: waiting for a killed server to be reaped: gone in milliseconds, unless stuck in the kernel
 REAP_WAIT = 5.0
 #: a request's descriptors: the request pipe, the reply pipe, the log, then the ``cgroup.procs``
-#: files a child of the sandboxed server joins its cgroups by (one per cgroup v1 hierarchy)
+#: files the child joins its cgroups by (one per cgroup v1 hierarchy)
 PIPES_AND_LOG, MAX_CGROUP_FILES = 3, 4
 
 
@@ -91,11 +91,9 @@ def _serve(sock: socket.socket) -> None:
             try:
                 request_fd, reply_fd, log_fd, *group_files = fds
                 # before anything: all it starts is in its cgroups (joined by the files the
-                # grader opened where the server cannot see them: under the sandbox)
+                # grader opened: under the sandbox the server cannot see them by name)
                 if group_files:
                     cgroup.join_or_exit(descriptors=group_files)
-                if request.get("cgroup"):
-                    cgroup.join_or_exit(request["cgroup"])
                 sock.close()
                 os.setsid()
                 os.dup2(log_fd, 1)
@@ -315,11 +313,7 @@ class ForkServer:
                 self._discard()
                 self._start()
             request = {"workdir": workdir, "env": env, "limits": limits}
-            group_files: list[int] = []
-            if memory_group and self.sandbox is not None:  # no /sys in the sandbox
-                group_files = cgroup.open_procs(memory_group)
-            elif memory_group:
-                request["cgroup"] = memory_group
+            group_files = cgroup.open_procs(memory_group) if memory_group else []
             with self.changed:
                 self.replies.clear()
             try:
@@ -392,17 +386,10 @@ class ForkServers:
         sandbox: Callable[[bool], list[str]] | None = None,
         preload: dict[bool, tuple[str, ...]] | None = None,
     ):
+        kinds = preload if preload is not None else {True: (), False: ()}
         self.servers = {
-            torch: ForkServer(
-                environment,
-                reaper,
-                wait,
-                torch=torch,
-                sandbox=sandbox and sandbox(torch),
-                preload=kinds[torch],
-            )
-            for kinds in [preload if preload is not None else {True: (), False: ()}]
-            for torch in kinds
+            torch: ForkServer(environment, reaper, wait, torch, sandbox and sandbox(torch), names)
+            for torch, names in kinds.items()
         }
 
     def for_lab(self, torch: bool) -> ForkServer | None:

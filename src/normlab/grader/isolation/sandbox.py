@@ -550,6 +550,16 @@ def fork_server_environment(home: str) -> dict:
     return child_environment(home)
 
 
+def write_hidden_init(folder: str) -> str:
+    """``HIDDEN_INIT`` written as a new file in ``folder`` (a private folder of the grader's),
+    for ``bwrap_command`` to bind read-only into a NumPy lab's sandbox; its path."""
+    path = os.path.join(folder, "hidden_init.py")
+    with open(path, "x") as stream:
+        stream.write(HIDDEN_INIT)
+    os.chmod(path, 0o644)  # read through its bind mount, never by its path
+    return path
+
+
 def fork_servers(
     isolation: Isolation,
     limits: Limits,
@@ -572,10 +582,7 @@ def fork_servers(
         return forkserver.ForkServers(environment, reaper, limits.fork_server_wait, preload=preload)
     if os.geteuid() != 0:
         return None
-    hide_init = os.path.join(home, "hidden_init.py")
-    with open(hide_init, "x") as stream:
-        stream.write(HIDDEN_INIT)
-    os.chmod(hide_init, 0o644)  # read through its bind mount, never by its path
+    hide_init = write_hidden_init(home)
     return forkserver.ForkServers(
         child_environment(SANDBOX_HOME),
         reaper,
@@ -665,10 +672,7 @@ class ChildSubmission(core.Submission):
         self.workdir = os.path.join(self.base, "work")
         self.hide_init = None
         if self.hide_torch and isolation.sandbox:  # the grader's own file, bound read-only
-            self.hide_init = os.path.join(self.base, "hidden_init.py")
-            with open(self.hide_init, "x") as stream:
-                stream.write(HIDDEN_INIT)
-            os.chmod(self.hide_init, 0o644)  # read through its bind mount, never by its path
+            self.hide_init = write_hidden_init(self.base)
         if not isolation.sandbox:
             os.mkdir(self.workdir, 0o700)
             if isolation.run_as:
